@@ -1,0 +1,90 @@
+"""The `sd2` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
+
+
+def _parse_drafters(values: Sequence[str]) -> dict[str, str]:
+    """--drafter PATH or NAME=PATH (repeatable); a bare path is named after its folder."""
+    drafters = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            path, name = value, os.path.basename(os.path.normpath(value))
+        drafters[name] = path
+    return drafters
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="decode one prompt and show the per-token trace")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (chat-templated unless --raw)")
+    p.add_argument("--method", default=None, help="verifier, self, or a drafter name (default: the first drafter)")
+    p.add_argument("--drafter", action="append", default=[], metavar="[NAME=]PATH", help="load a drafter folder")
+    p.add_argument("--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--no-steering", action="store_true", help="run a steered drafter without its head")
+    p.add_argument("--k", type=int, default=8, help="drafts per block")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--raw", action="store_true", help="send the prompt as plain text, without the chat template")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object (DESIGN.md §6)")
+    p.add_argument("--no-color", action="store_true")
+    p.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from sd2.config import DecodeConfig
+    from sd2.console import format_metrics, render_blocks
+    from sd2.engine import Engine, GenerateRequest
+
+    decode = DecodeConfig(args.k, args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
+    drafters = _parse_drafters(args.drafter)
+    engine = Engine.load(args.verifier, drafters, device=args.device)
+    method = args.method or next(iter(drafters), "verifier")
+    request = GenerateRequest(prompt=args.prompt, method=method, decode=decode,
+                              steering=not args.no_steering, chat=not args.raw)
+    if args.json:
+        print(json.dumps(engine.generate(request).to_dict(), ensure_ascii=False))
+        return 0
+    colour = not args.no_color and sys.stdout.isatty()
+    for item in engine.stream(request):
+        if hasattr(item, "drafts"):
+            print(render_blocks([item], colour=colour), end="", flush=True)
+        else:
+            print()
+            print(format_metrics(item.metrics, method))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sd2", description="Steered speculative decoding lab (SD²).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"sd2: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

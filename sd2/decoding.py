@@ -1,0 +1,274 @@
+"""The decoding engine: verifier-only decoding (the baseline) and chain speculative decoding with
+optional SD² steering, both KV-cached, batch size 1, yielding one trace `Block` per verifier forward.
+
+One speculative block (DESIGN.md §2.1), with committed tokens x_1..x_m of which x_m is not yet in
+either KV cache:
+    1. draft   k tokens from the drafter, steered by the vector of the previous block
+    2. verify  [x_m, d_1..d_k] in one verifier forward → k+1 target distributions
+    3. accept  Leviathan's rule (or argmax match at T = 0) → n accepted + one extra token
+    4. roll back both caches to the committed prefix
+    5. steer   g from the verifier state that produced the extra token (the last accepted position)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from sd2.config import DecodeConfig
+from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
+from sd2.steering import SteeringHead, captured_states, stack_features, steered
+from sd2.trace import Block, BlockTimings, TokenEvent, TokenStatus
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    """The single source of randomness of a run."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+def _ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
+def _forward(model: nn.Module, ids: Sequence[int], cache: DynamicCache, last_only: bool) -> torch.Tensor:
+    """Cached forward of a few new tokens. Returns logits [T, V] (or [1, V] when last_only)."""
+    device = model.get_input_embeddings().weight.device
+    input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    return out.logits[0]
+
+
+class _Picker:
+    """Chooses a token from logits under the run's warp, and reports its trace probability."""
+
+    def __init__(self, config: DecodeConfig, generator: torch.Generator):
+        self.warp, self.generator = config.warp, generator
+
+    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """logits: [V] → (token, probs [V]) where probs is the rule's distribution (one-hot if greedy)."""
+        probs = warp_probs(logits, self.warp)
+        if self.warp.greedy:
+            return int(logits.argmax()), probs
+        return sample(probs, self.generator), probs
+
+    def trace_probs(self, logits: torch.Tensor, rule_probs: torch.Tensor) -> torch.Tensor:
+        """What the trace shows: the rule's probabilities, or the plain softmax when greedy."""
+        return torch.softmax(logits.float(), dim=-1) if self.warp.greedy else rule_probs
+
+
+def _stop_index(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
+    return next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+
+
+@torch.inference_mode()
+def verifier_decode(
+    verifier: nn.Module, prompt_ids: Sequence[int], config: DecodeConfig, stop_ids: frozenset[int]
+) -> Iterator[Block]:
+    """Plain autoregressive decoding of the verifier with its KV cache (the baseline, τ = 1)."""
+    device = verifier.get_input_embeddings().weight.device
+    picker = _Picker(config, make_generator(config.seed, device))
+    cache = DynamicCache(config=verifier.config)
+    inputs, kind = list(prompt_ids), "prefill"
+    for index in range(config.max_new_tokens):
+        start = time.perf_counter()
+        logits = _forward(verifier, inputs, cache, last_only=True)[-1]  # [V]
+        token, probs = picker.pick(logits)
+        p = float(picker.trace_probs(logits, probs)[token])
+        verify_ms = _ms(start)
+        extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
+        timings = BlockTimings(verify_ms=verify_ms, total_ms=verify_ms)
+        yield Block(index, kind, [], extra, k=0, n_accepted=0, complete=True, timings=timings)
+        if token in stop_ids:
+            return
+        inputs, kind = [token], "verifier"
+
+
+class SpeculativeDecoder:
+    """Chain speculative decoding of one prompt; `run` yields a Block per verifier forward.
+
+    Cache invariant between blocks: both caches hold exactly the committed tokens except the last
+    one; tokens the drafter has not seen yet wait in `pending` with the bias rows that steer them.
+    """
+
+    def __init__(
+        self,
+        verifier: nn.Module,
+        drafter: nn.Module,
+        head: SteeringHead | None,
+        config: DecodeConfig,
+        stop_ids: frozenset[int],
+    ):
+        self.verifier, self.drafter, self.head = verifier, drafter, head
+        self.config, self.stop_ids = config, stop_ids
+        device = verifier.get_input_embeddings().weight.device
+        self.picker = _Picker(config, make_generator(config.seed, device))
+        self.verifier_cache = DynamicCache(config=verifier.config)
+        self.drafter_cache = DynamicCache(config=drafter.config)
+        self.tokens: list[int] = []  # committed ids, prompt included
+        self.biases: dict[int, torch.Tensor] = {}  # drafter layer → [2, F]: rows (previous, current) anchor
+        self.steering_norm: float | None = None
+
+    @torch.inference_mode()
+    def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]:
+        first = self._prefill(prompt_ids)
+        yield first
+        emitted, done = 1, first.extra.token_id in self.stop_ids
+        index = 1
+        while not done and emitted < self.config.max_new_tokens:
+            remaining = self.config.max_new_tokens - emitted
+            block = self._block(index, k=min(self.config.k, remaining - 1))
+            yield block
+            emitted += len(block.emitted)
+            done = any(t.token_id in self.stop_ids for t in block.emitted)
+            index += 1
+
+    def _prefill(self, prompt_ids: Sequence[int]) -> Block:
+        """Verifier prefill samples the first token x_m and gives the first steering anchor.
+
+        The anchor is the last prompt position, the state that produced x_m, so the first block drafts
+        at offsets 1..k like every other block (the official code re-feeds a token and starts at 0).
+        """
+        start = time.perf_counter()
+        with self._capture() as states:
+            logits = _forward(self.verifier, prompt_ids, self.verifier_cache, last_only=True)[-1]  # [V]
+        token, probs = self.picker.pick(logits)
+        verify_ms = _ms(start)
+        start = time.perf_counter()
+        if self.head is not None:
+            self._steer(stack_features(states, self.head.config.verifier_layers)[0, -1])
+        steer_ms = _ms(start)
+        _forward(self.drafter, prompt_ids, self.drafter_cache, last_only=True)  # the prompt is never steered
+        self.tokens = [*prompt_ids, token]
+        p = float(self.picker.trace_probs(logits, probs)[token])
+        extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
+        timings = BlockTimings(verify_ms=verify_ms, steer_ms=steer_ms, total_ms=_ms(start) + verify_ms)
+        return Block(0, "prefill", [], extra, 0, 0, complete=False, timings=timings)
+
+    def _capture(self):
+        if self.head is None:
+            return nullcontext({})
+        return captured_states(self.verifier, self.head.config.verifier_layers)
+
+    def _block(self, index: int, k: int) -> Block:
+        start = time.perf_counter()
+        steering_norm = self.steering_norm
+        layer_norms = [float(b[-1].norm()) for b in self.biases.values()]
+        # 1. draft
+        draft_tokens, draft_logits, draft_probs = self._draft(k)  # [K], [K, V], [K, V]
+        draft_ms = _ms(start)
+        # 2. verify
+        verify_start = time.perf_counter()
+        target_logits, states = self._verify(draft_tokens)  # [K+1, V]
+        target_probs = warp_probs(target_logits, self.config.warp)  # [K+1, V]
+        # 3. accept
+        verdict = self._judge(draft_tokens, draft_probs, target_logits, target_probs)
+        verify_ms = _ms(verify_start)
+        # 4. roll back caches
+        self._commit(draft_tokens, verdict)
+        # 5. steer next block
+        steer_start = time.perf_counter()
+        if self.head is not None:
+            anchor = states[0, verdict.n_accepted]  # [n·D_v]: the state that produced the extra token
+            self._steer(anchor)
+        steer_ms = _ms(steer_start)
+        timings = BlockTimings(draft_ms, verify_ms, steer_ms, _ms(start))
+        block = self._record(index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict)
+        block.steering_norm, block.layer_bias_norms, block.timings = steering_norm, layer_norms, timings
+        return block
+
+    def _draft(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Propose k tokens autoregressively. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
+        tokens, logit_rows, prob_rows = [], [], []
+        inputs = self.tokens[self.drafter_cache.get_seq_length() :]  # pending: 1 or 2 tokens
+        with steered(self.drafter, self.biases) if self.biases else nullcontext():
+            for _ in range(k):
+                logits = _forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]  # [V]
+                token, probs = self.picker.pick(logits)
+                tokens.append(token)
+                logit_rows.append(logits)
+                prob_rows.append(probs)
+                inputs = [token]
+        vocab = self.verifier.config.vocab_size
+        if not tokens:
+            empty = torch.empty(0, vocab)
+            return torch.empty(0, dtype=torch.long), empty, empty
+        return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
+
+    def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""
+        with self._capture() as states:
+            logits = _forward(self.verifier, [self.tokens[-1], *draft_tokens.tolist()], self.verifier_cache, False)
+        features = stack_features(states, self.head.config.verifier_layers) if self.head is not None else None
+        return logits, features
+
+    def _judge(self, draft_tokens, draft_probs, target_logits, target_probs) -> Verdict:
+        if self.config.warp.greedy:
+            return greedy_verdict(draft_tokens, target_logits.argmax(-1).cpu())
+        return rejection_sample(draft_tokens.to(target_probs.device), draft_probs, target_probs,
+                                self.picker.generator)
+
+    def _commit(self, draft_tokens: torch.Tensor, verdict: Verdict) -> None:
+        """Append the emitted tokens and crop both caches back to the committed prefix (minus its last)."""
+        committed = len(self.tokens) + verdict.n_accepted  # cache length once x_m and n drafts are kept
+        self.tokens += [*draft_tokens[: verdict.n_accepted].tolist(), verdict.extra_token]
+        for cache in (self.verifier_cache, self.drafter_cache):
+            surplus = cache.get_seq_length() - committed
+            if surplus > 0:
+                cache.crop(-surplus)
+
+    def _steer(self, anchor_features: torch.Tensor) -> None:
+        """Bias rows for the next block: (previous anchor, new anchor) per steered drafter layer.
+
+        The previous row steers d_k when all k drafts were accepted: it was drafted at offset k from
+        the old anchor and is first fed now, so it keeps that offset (training samples δ ∈ 1..k).
+        """
+        head = self.head
+        new = head(anchor_features)  # [L_s, F]
+        self.steering_norm = float(head.steering_vector(anchor_features).norm())
+        old = [self.biases[layer][-1] for layer in head.config.drafter_layers] if self.biases else new
+        self.biases = {
+            layer: torch.stack([old[i], new[i]]) for i, layer in enumerate(head.config.drafter_layers)
+        }
+
+    def _record(self, index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict) -> Block:
+        """Turn one judged block into its trace record, cutting it at a stop token."""
+        k, n = draft_tokens.shape[0], verdict.n_accepted
+        q_shown = self.picker.trace_probs(draft_logits, draft_probs)  # [K, V]
+        p_shown = self.picker.trace_probs(target_logits, target_probs)  # [K+1, V]
+        ids = draft_tokens.tolist()
+        drafts = []
+        for i, token in enumerate(ids):
+            status = TokenStatus.ACCEPTED if i < n else TokenStatus.REJECTED if i == n else TokenStatus.DISCARDED
+            p = float(p_shown[i, token]) if i <= n else None
+            drafts.append(TokenEvent(token, status, float(q_shown[i, token]), p))
+        extra_status = TokenStatus.BONUS if n == k else TokenStatus.RESAMPLED
+        extra = TokenEvent(verdict.extra_token, extra_status, None, float(p_shown[n, verdict.extra_token]))
+        judged = min(n + 1, k)
+        overlaps = overlap(target_probs[:judged], draft_probs[:judged].to(target_probs.device)).tolist()
+        block = Block(index, "speculative", drafts, extra, k, n, complete=k == self.config.k, overlaps=overlaps)
+        _cut_at_stop(block, self.stop_ids)
+        return block
+
+
+def _cut_at_stop(block: Block, stop_ids: frozenset[int]) -> None:
+    """Drop everything emitted after the first stop token; the block then no longer counts for τ."""
+    emitted = block.emitted
+    stop = _stop_index([t.token_id for t in emitted], stop_ids)
+    if stop is None or stop == len(emitted) - 1:
+        return
+    for token in emitted[stop + 1 :]:
+        if token is block.extra:
+            block.extra = None
+        else:
+            token.status = TokenStatus.DISCARDED
+    block.complete = False

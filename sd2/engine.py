@@ -1,0 +1,183 @@
+"""The facade the CLI, the service and the benchmarks call: load a model pair once, then generate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from sd2.config import DecodeConfig
+from sd2.decoding import SpeculativeDecoder, verifier_decode
+from sd2.devices import Placement, default_placement
+from sd2.metrics import GenerationMetrics, summarize
+from sd2.models import (
+    Drafter,
+    context_length,
+    load_causal_lm,
+    load_drafter,
+    load_tokenizer,
+    resolve_model_path,
+    stop_token_ids,
+)
+from sd2.prompts import encode_prompt
+from sd2.trace import Block
+
+VERIFIER_METHOD = "verifier"  # plain autoregressive decoding of the verifier: the baseline
+SELF_METHOD = "self"  # the verifier drafts for itself: a sanity check that must reach τ = k + 1
+
+
+class UnknownMethodError(ValueError):
+    """The requested method is neither a built-in nor a loaded drafter."""
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation: what to say, which method, how to decode."""
+
+    prompt: str | None = None
+    messages: tuple[dict, ...] | None = None  # chat history, overrides prompt
+    method: str = VERIFIER_METHOD  # "verifier", "self", or a drafter name (pretrained, distilled, sd2…)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    steering: bool = True  # use the drafter's SD² head when it has one; False runs it unsteered
+    chat: bool = True  # format a plain prompt with the verifier's chat template
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of one generation, with its full per-block trace (DESIGN.md §6)."""
+
+    text: str
+    token_ids: list[int]
+    method: str
+    steering: bool
+    prompt_tokens: int
+    finish_reason: str  # "stop" (a stop token was emitted) or "length"
+    config: DecodeConfig
+    metrics: GenerationMetrics
+    blocks: list[Block]
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "method": self.method,
+            "steering": self.steering,
+            "prompt_tokens": self.prompt_tokens,
+            "finish_reason": self.finish_reason,
+            "config": asdict(self.config),
+            "metrics": self.metrics.to_dict(),
+            "blocks": [b.to_dict() for b in self.blocks],
+        }
+
+
+class Engine:
+    """A loaded verifier, its tokenizer and named drafters. Not thread-safe: callers serialise runs."""
+
+    def __init__(
+        self,
+        verifier: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        drafters: Mapping[str, Drafter],
+        placement: Placement,
+        verifier_name: str = "",
+    ):
+        self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
+        self.drafters = dict(drafters)
+        self.verifier_name = verifier_name
+        self.stop_ids = stop_token_ids(verifier, tokenizer)
+        self._token_text = lru_cache(maxsize=65536)(self._decode_one)
+
+    @classmethod
+    def load(
+        cls,
+        verifier: str | None = None,
+        drafters: Mapping[str, str] | None = None,
+        device: str | None = None,
+    ) -> Engine:
+        """Load the verifier (default: the embedded SmolLM2-135M-Instruct) and drafters {name: folder or hub id}."""
+        placement = default_placement(device)
+        path = resolve_model_path(verifier)
+        model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
+        loaded = {
+            name: load_drafter(name, drafter_path, placement, model, tokenizer)
+            for name, drafter_path in (drafters or {}).items()
+        }
+        return cls(model, tokenizer, loaded, placement, verifier_name=verifier or "SmolLM2-135M-Instruct")
+
+    def methods(self) -> list[str]:
+        return [VERIFIER_METHOD, SELF_METHOD, *self.drafters]
+
+    def encode(self, request: GenerateRequest) -> list[int]:
+        """Prompt ids, checked against the verifier's context window."""
+        ids = encode_prompt(self.tokenizer, request.prompt, request.messages, request.chat)
+        needed = len(ids) + request.decode.max_new_tokens + request.decode.k + 1
+        if needed > context_length(self.verifier):
+            raise ValueError(
+                f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens {request.decode.max_new_tokens} "
+                f"+ k + 1 exceed the verifier's context of {context_length(self.verifier)} tokens"
+            )
+        return ids
+
+    def stream(self, request: GenerateRequest) -> Iterator[Block | GenerationResult]:
+        """Yield each trace Block as it is decoded (token texts filled in), then the GenerationResult."""
+        blocks_source = self._decoder(request)
+        prompt_ids = self.encode(request)
+        start, blocks = time.perf_counter(), []
+        for block in blocks_source(prompt_ids):
+            self._fill_text(block)
+            blocks.append(block)
+            yield block
+        wall_ms = (time.perf_counter() - start) * 1e3
+        yield self._result(request, prompt_ids, blocks, wall_ms)
+
+    def generate(self, request: GenerateRequest) -> GenerationResult:
+        """Run one generation to the end."""
+        *_, result = self.stream(request)
+        return result
+
+    def _decoder(self, request: GenerateRequest):
+        """The block source for the request's method; raises UnknownMethodError for an unknown name."""
+        method, config = request.method, request.decode
+        if method == VERIFIER_METHOD:
+            return lambda ids: verifier_decode(self.verifier, ids, config, self.stop_ids)
+        if method == SELF_METHOD:
+            drafter_model, head = self.verifier, None
+        elif method in self.drafters:
+            drafter = self.drafters[method]
+            drafter_model, head = drafter.model, drafter.head if request.steering else None
+        else:
+            raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
+        return lambda ids: SpeculativeDecoder(self.verifier, drafter_model, head, config, self.stop_ids).run(ids)
+
+    def _fill_text(self, block: Block) -> None:
+        for token in [*block.drafts, *([block.extra] if block.extra else [])]:
+            token.text = self._token_text(token.token_id)
+
+    def _decode_one(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def _result(
+        self, request: GenerateRequest, prompt_ids: Sequence[int], blocks: list[Block], wall_ms: float
+    ) -> GenerationResult:
+        token_ids = [t.token_id for b in blocks for t in b.emitted]
+        stopped = bool(token_ids) and token_ids[-1] in self.stop_ids
+        uses_head = request.method in self.drafters and request.steering and self.drafters[request.method].head
+        return GenerationResult(
+            text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+            token_ids=token_ids,
+            method=request.method,
+            steering=bool(uses_head),
+            prompt_tokens=len(prompt_ids),
+            finish_reason="stop" if stopped else "length",
+            config=request.decode,
+            metrics=summarize(blocks, request.decode.k, wall_ms=wall_ms),
+            blocks=blocks,
+        )
+
+    def add_drafter(self, drafter: Drafter) -> None:
+        """Register (or replace) a named drafter, e.g. when a training job finishes."""
+        self.drafters[drafter.name] = drafter

@@ -1,0 +1,146 @@
+"""Loading verifier/drafter pairs (hub id or local folder) and checking that they share a tokenizer."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from sd2.architecture import decoder_layers, mlp
+from sd2.devices import Placement
+from sd2.embedded import EMBEDDED_VERIFIER, embedded_verifier_path
+from sd2.steering import SteeringHead, has_steering_head
+
+CARD_FILE = "sd2_card.json"  # provenance of a drafter checkpoint: recipe, data, steps, metrics
+
+log = logging.getLogger(__name__)
+
+
+class TokenizerMismatchError(ValueError):
+    """Drafter and verifier do not share a vocabulary, so their distributions cannot be compared."""
+
+
+def resolve_model_path(name_or_path: str | None) -> str:
+    """`None` or the embedded name → the converted SmolLM2 folder; anything else is passed through."""
+    if name_or_path in (None, "", EMBEDDED_VERIFIER, f"embedded:{EMBEDDED_VERIFIER}"):
+        return str(embedded_verifier_path())
+    return name_or_path
+
+
+def load_causal_lm(name_or_path: str, placement: Placement) -> nn.Module:
+    """Load any HF causal LM by hub id or folder, in eval mode, on the placement's device and dtype."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=placement.dtype)
+    except OSError as err:
+        raise FileNotFoundError(f"cannot load a model from {name_or_path!r}: {err}") from err
+    decoder_layers(model)  # refuse unsupported families early, with a clear error
+    return model.to(placement.device).eval()
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def check_same_vocabulary(
+    verifier: nn.Module,
+    verifier_tokenizer: PreTrainedTokenizerBase,
+    drafter: nn.Module,
+    drafter_tokenizer: PreTrainedTokenizerBase | None,
+    drafter_name: str = "drafter",
+) -> None:
+    """Refuse a pair whose logits do not index the same tokens (same vocabulary and ids)."""
+    v_size, d_size = verifier.config.vocab_size, drafter.config.vocab_size
+    if v_size != d_size:
+        raise TokenizerMismatchError(
+            f"{drafter_name} has vocab_size {d_size} but the verifier has {v_size}: they must share a tokenizer"
+        )
+    if drafter_tokenizer is None:
+        return
+    v_vocab, d_vocab = verifier_tokenizer.get_vocab(), drafter_tokenizer.get_vocab()
+    if v_vocab != d_vocab:
+        differing = sorted(set(v_vocab.items()) ^ set(d_vocab.items()), key=str)[:3]
+        raise TokenizerMismatchError(
+            f"{drafter_name}'s tokenizer differs from the verifier's ({len(d_vocab)} vs {len(v_vocab)} "
+            f"entries; e.g. {differing}): drafter and verifier must share the same vocabulary and ids"
+        )
+
+
+@dataclass
+class Drafter:
+    """A named drafter checkpoint: an HF model folder, optionally with an SD² steering head."""
+
+    name: str
+    model: nn.Module
+    head: SteeringHead | None
+    path: str
+    card: dict = field(default_factory=dict)
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def load_drafter(
+    name: str,
+    path: str,
+    placement: Placement,
+    verifier: nn.Module,
+    verifier_tokenizer: PreTrainedTokenizerBase,
+) -> Drafter:
+    """Load a drafter folder (HF model + optional steering head + card) and check it fits the verifier."""
+    model = load_causal_lm(path, placement)
+    drafter_tokenizer = _optional_tokenizer(path)
+    check_same_vocabulary(verifier, verifier_tokenizer, model, drafter_tokenizer, drafter_name=name)
+    head = SteeringHead.load(path).to(placement.device, placement.dtype).eval() if has_steering_head(path) else None
+    if head is not None:
+        _check_head_fits(head, verifier, model, name)
+    card_path = Path(path) / CARD_FILE
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    return Drafter(name, model, head, str(path), card)
+
+
+def _optional_tokenizer(path: str) -> PreTrainedTokenizerBase | None:
+    folder = Path(path)
+    has_files = folder.is_dir() and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+    if folder.is_dir() and not has_files:
+        return None  # a drafter folder may rely on the verifier's tokenizer
+    return load_tokenizer(path)
+
+
+def _check_head_fits(head: SteeringHead, verifier: nn.Module, drafter: nn.Module, name: str) -> None:
+    cfg = head.config
+    n_verifier = len(decoder_layers(verifier))
+    problems = []
+    if cfg.verifier_hidden != verifier.config.hidden_size:
+        problems.append(f"verifier_hidden {cfg.verifier_hidden} ≠ verifier hidden {verifier.config.hidden_size}")
+    if any(not 0 <= i < n_verifier for i in cfg.verifier_layers):
+        problems.append(f"verifier_layers {cfg.verifier_layers} outside 0..{n_verifier - 1}")
+    if cfg.drafter_layers and cfg.drafter_ffn != mlp(drafter, cfg.drafter_layers[0]).up_proj.out_features:
+        problems.append(f"drafter_ffn {cfg.drafter_ffn} ≠ the drafter's up_proj width")
+    if problems:
+        raise ValueError(f"steering head of drafter {name!r} does not fit this pair: " + "; ".join(problems))
+
+
+def stop_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every EOS id the generation config or tokenizer declares (e.g. <|im_end|> for ChatML models)."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        ids.update(eos if isinstance(eos, list | tuple) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def context_length(model: nn.Module) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 2048))
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+

@@ -1,0 +1,114 @@
+"""Pure sampling math: logit warping, token sampling and the speculative accept/resample rule.
+
+Tensors in, tensors out; randomness only through a `torch.Generator` argument. EOS and length
+handling belong to the caller (`sd2.decoding`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Warp:
+    """How logits become the distribution both models sample from (applied identically to both)."""
+
+    temperature: float = 0.0  # 0 means greedy: distributions become one-hot on the argmax
+    top_k: int = 0  # 0 disables top-k filtering
+    top_p: float = 1.0  # 1 disables nucleus filtering
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def warp_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
+    """Turn logits into the probabilities the acceptance rule uses (temperature → top-k → top-p).
+
+    logits: [..., V]. Returns [..., V] float32 rows summing to 1; one-hot on argmax when greedy.
+    """
+    logits = logits.float()
+    if warp.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / warp.temperature
+    if 0 < warp.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, warp.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if warp.top_p < 1.0:
+        logits = _nucleus_mask(logits, warp.top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+def _nucleus_mask(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability mass reaches top_p (always at least one)."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [..., V]
+    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)  # [..., V]
+    drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before token ≥ p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """Draw one token id from a probability row. probs: [V]."""
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of judging one block of drafts."""
+
+    n_accepted: int  # drafts accepted before the first rejection (0..K)
+    extra_token: int  # resampled token after a rejection, or the bonus token when all K were accepted
+
+
+def rejection_sample(
+    draft_tokens: torch.Tensor,  # [K] ids drafted from draft_probs
+    draft_probs: torch.Tensor,  # [K, V] drafter distribution q at each draft step
+    target_probs: torch.Tensor,  # [K+1, V] verifier distribution p; row K is the bonus distribution
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Leviathan et al. 2023, Alg. 1: accept d_i w.p. min(1, p(d_i)/q(d_i)); resample from norm(max(0, p−q)).
+
+    The emitted tokens are distributed exactly as the verifier's p, whatever q is.
+    """
+    k = draft_tokens.shape[0]
+    positions = torch.arange(k)
+    p_draft = target_probs[positions, draft_tokens]  # [K]
+    q_draft = draft_probs[positions, draft_tokens]  # [K]
+    uniforms = torch.rand(k, generator=generator, device=draft_probs.device)  # [K]
+    rejected = (uniforms * q_draft >= p_draft).nonzero()  # u ≥ p/q, written without division
+    if rejected.numel() == 0:
+        return Verdict(k, sample(target_probs[k], generator))
+    first = int(rejected[0])
+    return Verdict(first, sample(residual(target_probs[first], draft_probs[first]), generator))
+
+
+def residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)), the law of the token emitted after a rejection. Rows: [V].
+
+    The residual can only vanish when p == q (then nothing is ever rejected) or through rounding;
+    in that case p itself is the exact answer, so fall back to it instead of dividing by zero.
+    """
+    mass = (target_row - draft_row).clamp_(min=0.0)  # [V]
+    total = mass.sum()
+    if total <= 0:
+        return target_row
+    return mass / total
+
+
+def greedy_verdict(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> Verdict:
+    """T = 0 rule: accept while the draft equals the verifier argmax; emit the verifier argmax after.
+
+    draft_tokens: [K]; target_argmax: [K+1] verifier argmax at each verified position.
+    """
+    k = draft_tokens.shape[0]
+    mismatch = (draft_tokens != target_argmax[:k]).nonzero()
+    n_accepted = int(mismatch[0]) if mismatch.numel() else k
+    return Verdict(n_accepted, int(target_argmax[n_accepted]))
+
+
+def overlap(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """β = Σ_v min(p, q) = 1 − TV(p, q) per row: the acceptance probability of a draft. [..., V] → [...]."""
+    return torch.minimum(target_probs, draft_probs).sum(-1)

@@ -1,0 +1,76 @@
+"""The per-token trace: one record per block, the heart of the UI and the DB (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class TokenStatus(StrEnum):
+    """What happened to a token. Colours everywhere: accepted green, rejected red (struck through),
+    discarded grey, resampled/bonus blue — as in the paper's Table 2."""
+
+    ACCEPTED = "accepted"  # a draft the verifier kept
+    REJECTED = "rejected"  # the first draft the verifier refused
+    DISCARDED = "discarded"  # drafts after the first rejection (never judged), or cut by EOS/length
+    RESAMPLED = "resampled"  # emitted from norm(max(0, p − q)) after a rejection
+    BONUS = "bonus"  # emitted from p after all drafts were accepted (or by a plain verifier step)
+
+
+@dataclass
+class TokenEvent:
+    """One token in a block. Probabilities are the warped distributions the acceptance rule used,
+    except at T = 0, where the rule compares argmaxes and these are plain softmax (T = 1) values."""
+
+    token_id: int
+    status: TokenStatus
+    draft_prob: float | None  # q(token); None for the extra token (not drafted)
+    target_prob: float | None  # p(token); None for discarded drafts past a cut
+    text: str = ""
+
+    @property
+    def emitted(self) -> bool:
+        return self.status in (TokenStatus.ACCEPTED, TokenStatus.RESAMPLED, TokenStatus.BONUS)
+
+
+@dataclass
+class BlockTimings:
+    """Wall-clock milliseconds spent in each phase of a block."""
+
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    steer_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass
+class Block:
+    """One verifier forward and what it decided.
+
+    `kind` is "prefill" for the token sampled from the prompt's last position, "verifier" for a
+    plain verifier step (no drafts), "speculative" for a drafted-and-verified block.
+    `complete` is False when EOS or the length limit cut the block short or its draft was shortened
+    near the limit; such blocks are excluded from τ (as in the paper) but count in throughput.
+    """
+
+    index: int
+    kind: str
+    drafts: list[TokenEvent]
+    extra: TokenEvent | None
+    k: int  # drafts proposed in this block
+    n_accepted: int
+    complete: bool
+    overlaps: list[float] = field(default_factory=list)  # Σ min(p, q) at each judged position
+    steering_norm: float | None = None  # ‖g‖ of the vector that steered this block's drafts
+    layer_bias_norms: list[float] = field(default_factory=list)  # ‖bias_l‖ per steered layer
+    timings: BlockTimings = field(default_factory=BlockTimings)
+
+    @property
+    def emitted(self) -> list[TokenEvent]:
+        tokens = [t for t in self.drafts if t.status is TokenStatus.ACCEPTED]
+        return tokens + ([self.extra] if self.extra is not None else [])
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["n_emitted"] = len(self.emitted)
+        return data
