@@ -22,19 +22,19 @@ run: venv
 	HF_HUB_OFFLINE=1 $(BIN)/sd2 generate --method self --k 8
 
 test: venv
-	HF_HUB_OFFLINE=1 $(BIN)/ruff check sd2 tests
+	HF_HUB_OFFLINE=1 $(BIN)/ruff check sd2 service tests
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
 
 test-fast: venv
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
 
 lint: venv
-	$(BIN)/ruff check sd2 tests
-	$(BIN)/ruff format --check sd2 tests
+	$(BIN)/ruff check sd2 service tests
+	$(BIN)/ruff format --check sd2 service tests
 
 format: venv
-	$(BIN)/ruff format sd2 tests
-	$(BIN)/ruff check --fix sd2 tests
+	$(BIN)/ruff format sd2 service tests
+	$(BIN)/ruff check --fix sd2 service tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -21,7 +21,9 @@ class DecodeConfig:
     seed: int | None = 0  # seeds the one torch.Generator of a run; None draws a fresh seed
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.k, int) and 1 <= self.k <= MAX_K, "k", f"must be an integer in 1..{MAX_K}", self.k)
+        _check(
+            isinstance(self.k, int) and 1 <= self.k <= MAX_K, "k", f"must be an integer in 1..{MAX_K}", self.k
+        )
         _check(self.temperature >= 0, "temperature", "must be ≥ 0 (0 means greedy)", self.temperature)
         _check(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "must be an integer ≥ 0", self.top_k)
         _check(0 < self.top_p <= 1, "top_p", "must be in (0, 1]", self.top_p)

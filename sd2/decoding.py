@@ -182,7 +182,9 @@ class SpeculativeDecoder:
             self._steer(anchor)
         steer_ms = _ms(steer_start)
         timings = BlockTimings(draft_ms, verify_ms, steer_ms, _ms(start))
-        block = self._record(index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict)
+        block = self._record(
+            index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict
+        )
         block.steering_norm, block.layer_bias_norms, block.timings = steering_norm, layer_norms, timings
         return block
 
@@ -207,15 +209,18 @@ class SpeculativeDecoder:
     def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""
         with self._capture() as states:
-            logits = _forward(self.verifier, [self.tokens[-1], *draft_tokens.tolist()], self.verifier_cache, False)
+            logits = _forward(
+                self.verifier, [self.tokens[-1], *draft_tokens.tolist()], self.verifier_cache, False
+            )
         features = stack_features(states, self.head.config.verifier_layers) if self.head is not None else None
         return logits, features
 
     def _judge(self, draft_tokens, draft_probs, target_logits, target_probs) -> Verdict:
         if self.config.warp.greedy:
             return greedy_verdict(draft_tokens, target_logits.argmax(-1).cpu())
-        return rejection_sample(draft_tokens.to(target_probs.device), draft_probs, target_probs,
-                                self.picker.generator)
+        return rejection_sample(
+            draft_tokens.to(target_probs.device), draft_probs, target_probs, self.picker.generator
+        )
 
     def _commit(self, draft_tokens: torch.Tensor, verdict: Verdict) -> None:
         """Append the emitted tokens and crop both caches back to the committed prefix (minus its last)."""
@@ -229,8 +234,11 @@ class SpeculativeDecoder:
     def _steer(self, anchor_features: torch.Tensor) -> None:
         """Bias rows for the next block: (previous anchor, new anchor) per steered drafter layer.
 
-        The previous row steers d_k when all k drafts were accepted: it was drafted at offset k from
-        the old anchor and is first fed now, so it keeps that offset (training samples δ ∈ 1..k).
+        Draft step j feeds input position anchor + j and is steered by the new anchor (offset δ = j,
+        the range training samples). When all k drafts were accepted, d_k is first fed at the start
+        of the next block; it keeps the previous block's vector (offset k + 1, the staleness it would
+        have had in its own block) rather than the new anchor, which is its own position (offset 0)
+        and would show it the verifier state that predicted the token after it.
         """
         head = self.head
         new = head(anchor_features)  # [L_s, F]
@@ -240,7 +248,9 @@ class SpeculativeDecoder:
             layer: torch.stack([old[i], new[i]]) for i, layer in enumerate(head.config.drafter_layers)
         }
 
-    def _record(self, index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict) -> Block:
+    def _record(
+        self, index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict
+    ) -> Block:
         """Turn one judged block into its trace record, cutting it at a stop token."""
         k, n = draft_tokens.shape[0], verdict.n_accepted
         q_shown = self.picker.trace_probs(draft_logits, draft_probs)  # [K, V]
@@ -248,14 +258,18 @@ class SpeculativeDecoder:
         ids = draft_tokens.tolist()
         drafts = []
         for i, token in enumerate(ids):
-            status = TokenStatus.ACCEPTED if i < n else TokenStatus.REJECTED if i == n else TokenStatus.DISCARDED
+            status = (
+                TokenStatus.ACCEPTED if i < n else TokenStatus.REJECTED if i == n else TokenStatus.DISCARDED
+            )
             p = float(p_shown[i, token]) if i <= n else None
             drafts.append(TokenEvent(token, status, float(q_shown[i, token]), p))
         extra_status = TokenStatus.BONUS if n == k else TokenStatus.RESAMPLED
         extra = TokenEvent(verdict.extra_token, extra_status, None, float(p_shown[n, verdict.extra_token]))
         judged = min(n + 1, k)
         overlaps = overlap(target_probs[:judged], draft_probs[:judged].to(target_probs.device)).tolist()
-        block = Block(index, "speculative", drafts, extra, k, n, complete=k == self.config.k, overlaps=overlaps)
+        block = Block(
+            index, "speculative", drafts, extra, k, n, complete=k == self.config.k, overlaps=overlaps
+        )
         _cut_at_stop(block, self.stop_ids)
         return block
 

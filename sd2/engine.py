@@ -98,7 +98,7 @@ class Engine:
         drafters: Mapping[str, str] | None = None,
         device: str | None = None,
     ) -> Engine:
-        """Load the verifier (default: the embedded SmolLM2-135M-Instruct) and drafters {name: folder or hub id}."""
+        """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}."""
         placement = default_placement(device)
         path = resolve_model_path(verifier)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
@@ -117,8 +117,9 @@ class Engine:
         needed = len(ids) + request.decode.max_new_tokens + request.decode.k + 1
         if needed > context_length(self.verifier):
             raise ValueError(
-                f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens {request.decode.max_new_tokens} "
-                f"+ k + 1 exceed the verifier's context of {context_length(self.verifier)} tokens"
+                f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens "
+                f"{request.decode.max_new_tokens} + k + 1 exceed the verifier's context of "
+                f"{context_length(self.verifier)} tokens"
             )
         return ids
 
@@ -151,7 +152,9 @@ class Engine:
             drafter_model, head = drafter.model, drafter.head if request.steering else None
         else:
             raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
-        return lambda ids: SpeculativeDecoder(self.verifier, drafter_model, head, config, self.stop_ids).run(ids)
+        return lambda ids: SpeculativeDecoder(self.verifier, drafter_model, head, config, self.stop_ids).run(
+            ids
+        )
 
     def _fill_text(self, block: Block) -> None:
         for token in [*block.drafts, *([block.extra] if block.extra else [])]:
@@ -165,7 +168,9 @@ class Engine:
     ) -> GenerationResult:
         token_ids = [t.token_id for b in blocks for t in b.emitted]
         stopped = bool(token_ids) and token_ids[-1] in self.stop_ids
-        uses_head = request.method in self.drafters and request.steering and self.drafters[request.method].head
+        uses_head = (
+            request.method in self.drafters and request.steering and self.drafters[request.method].head
+        )
         return GenerationResult(
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
             token_ids=token_ids,

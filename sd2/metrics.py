@@ -59,7 +59,9 @@ def speedup_ceiling(alpha: float, k: int, cost_ratio: float) -> float:
     return expected_tau / (1 + cost_ratio * k)
 
 
-def forward_ceiling(tau: float, k: int, verifier_step_s: float, drafter_step_s: float, verify_s: float) -> float:
+def forward_ceiling(
+    tau: float, k: int, verifier_step_s: float, drafter_step_s: float, verify_s: float
+) -> float:
     """The machine's own ceiling S_fwd = τ · T_v(1) / (k · T_d(1) + T_v(k+1)) from isolated forward times."""
     return tau * verifier_step_s / (k * drafter_step_s + verify_s)
 

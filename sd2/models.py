@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
@@ -57,7 +56,8 @@ def check_same_vocabulary(
     v_size, d_size = verifier.config.vocab_size, drafter.config.vocab_size
     if v_size != d_size:
         raise TokenizerMismatchError(
-            f"{drafter_name} has vocab_size {d_size} but the verifier has {v_size}: they must share a tokenizer"
+            f"{drafter_name} has vocab_size {d_size} but the verifier has {v_size}: "
+            "they must share a tokenizer"
         )
     if drafter_tokenizer is None:
         return
@@ -96,7 +96,11 @@ def load_drafter(
     model = load_causal_lm(path, placement)
     drafter_tokenizer = _optional_tokenizer(path)
     check_same_vocabulary(verifier, verifier_tokenizer, model, drafter_tokenizer, drafter_name=name)
-    head = SteeringHead.load(path).to(placement.device, placement.dtype).eval() if has_steering_head(path) else None
+    head = (
+        SteeringHead.load(path).to(placement.device, placement.dtype).eval()
+        if has_steering_head(path)
+        else None
+    )
     if head is not None:
         _check_head_fits(head, verifier, model, name)
     card_path = Path(path) / CARD_FILE
@@ -106,7 +110,9 @@ def load_drafter(
 
 def _optional_tokenizer(path: str) -> PreTrainedTokenizerBase | None:
     folder = Path(path)
-    has_files = folder.is_dir() and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+    has_files = folder.is_dir() and any(
+        (folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
+    )
     if folder.is_dir() and not has_files:
         return None  # a drafter folder may rely on the verifier's tokenizer
     return load_tokenizer(path)
@@ -117,7 +123,9 @@ def _check_head_fits(head: SteeringHead, verifier: nn.Module, drafter: nn.Module
     n_verifier = len(decoder_layers(verifier))
     problems = []
     if cfg.verifier_hidden != verifier.config.hidden_size:
-        problems.append(f"verifier_hidden {cfg.verifier_hidden} ≠ verifier hidden {verifier.config.hidden_size}")
+        problems.append(
+            f"verifier_hidden {cfg.verifier_hidden} ≠ verifier hidden {verifier.config.hidden_size}"
+        )
     if any(not 0 <= i < n_verifier for i in cfg.verifier_layers):
         problems.append(f"verifier_layers {cfg.verifier_layers} outside 0..{n_verifier - 1}")
     if cfg.drafter_layers and cfg.drafter_ffn != mlp(drafter, cfg.drafter_layers[0]).up_proj.out_features:
@@ -143,4 +151,3 @@ def context_length(model: nn.Module) -> int:
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-

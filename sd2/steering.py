@@ -118,16 +118,16 @@ def new_head_for(verifier: nn.Module, drafter: nn.Module, **extra) -> SteeringHe
 
 
 def _add_bias(bias: torch.Tensor) -> Callable:
-    """A forward hook adding `bias` ([F] or [T_max, F]) to up_proj's output [B, T, F].
+    """A forward hook adding `bias` ([F], [T_max, F] or [B, T, F]) to up_proj's output [B, T, F].
 
     With a [T_max, F] bias the last T rows line up with the T positions fed in this call, so one
     registration serves a 2-token first draft step (old and new anchors) and later 1-token steps.
     """
 
     def hook(_module: nn.Module, _inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-        if bias.dim() == 1:
-            return output + bias
-        return output + bias[-output.shape[1] :]
+        if bias.dim() == 2:
+            return output + bias[-output.shape[1] :]
+        return output + bias  # [F] broadcast, or a full [B, T, F] (teacher-forced training)
 
     return hook
 
@@ -172,3 +172,18 @@ def _record(store: dict[int, torch.Tensor], layer: int) -> Callable:
 def stack_features(states: dict[int, torch.Tensor], layers: Sequence[int]) -> torch.Tensor:
     """Concatenate captured states in the head's layer order: {i: [B, T, D]} → [B, T, n·D]."""
     return torch.cat([states[i] for i in layers], dim=-1)
+
+
+def anchored_biases(
+    head: SteeringHead, features: torch.Tensor, anchors: torch.Tensor
+) -> dict[int, torch.Tensor]:
+    """Teacher-forced steering: input position s is steered by the verifier features at anchors[b, s].
+
+    features: [B, T, n·D_v] verifier states of the same sequence; anchors: [B, T] long, −1 = unsteered
+    (prompt positions). Returns {drafter layer: [B, T, F]} for `steered`. Training draws
+    anchors = s − δ with δ ∈ 1..k, which is what decoding does at draft step δ of a block.
+    """
+    index = anchors.clamp(min=0).unsqueeze(-1).expand(-1, -1, features.shape[-1])  # [B, T, n·D_v]
+    biases = head(features.gather(1, index))  # [B, T, L_s, F]
+    biases = biases * (anchors >= 0).unsqueeze(-1).unsqueeze(-1).to(biases.dtype)
+    return {layer: biases[:, :, i] for i, layer in enumerate(head.config.drafter_layers)}

@@ -23,3 +23,16 @@ def tiny_pair_dir(tmp_path_factory):
     from tests.tiny import save_tiny_pair
 
     return save_tiny_pair(tmp_path_factory.mktemp("tiny_pair"))
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_for_tiny_models(request):
+    """Tiny models gain nothing from intra-op threads, and on a 2-core machine shared with other
+    processes their spin-waiting makes each forward many times slower. Real-model tests keep them."""
+    import torch
+
+    before = torch.get_num_threads()
+    if "slow" not in request.keywords:
+        torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

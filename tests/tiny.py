@@ -32,7 +32,10 @@ def tiny_tokenizer(vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", unk_token="<|endoftext|>",
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
         pad_token="<|im_end|>",
     )
     fast.chat_template = CHATML
@@ -55,7 +58,7 @@ def tiny_llama(
         eos_token_id=2,
         bos_token_id=1,
         pad_token_id=2,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # tied random weights just copy the input token
     )
     return LlamaForCausalLM(config).eval()
 

@@ -1,0 +1,205 @@
+"""The engine is lossless: greedy output identical to the verifier's, sampled output distributed as it."""
+
+import copy
+import itertools
+
+import pytest
+import torch
+
+from sd2 import decoding
+from sd2.config import DecodeConfig
+from sd2.decoding import SpeculativeDecoder, verifier_decode
+from sd2.metrics import summarize
+from sd2.sampling import Verdict
+from sd2.steering import new_head_for
+from sd2.trace import TokenStatus
+from tests.tiny import tiny_llama
+
+PROMPT = [1, 40, 17, 99, 3, 250]
+NO_STOP = frozenset()
+
+
+def _ids(blocks):
+    return [t.token_id for b in blocks for t in b.emitted]
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
+
+
+@pytest.fixture(scope="module")
+def drafters(verifier):
+    random_drafter = tiny_llama(hidden=32, layers=2, ffn=64, seed=1)
+    head = new_head_for(verifier, random_drafter)
+    with torch.no_grad():
+        head.w_s.normal_(0, 0.3)
+    return {
+        "same": (copy.deepcopy(verifier), None),
+        "random": (random_drafter, None),
+        "steered": (random_drafter, head),
+    }
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("kind", ["same", "random", "steered"])
+def test_greedy_output_is_identical_to_verifier_greedy(verifier, drafters, k, kind):
+    config = DecodeConfig(k=k, temperature=0.0, max_new_tokens=40)
+    expected = _ids(verifier_decode(verifier, PROMPT, config, NO_STOP))
+    drafter, head = drafters[kind]
+    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    assert _ids(blocks) == expected
+    metrics = summarize(blocks, k)
+    if kind == "same":
+        assert all(b.n_accepted == k for b in blocks if b.complete and b.kind == "speculative")
+        assert metrics.tau == k + 1
+        assert metrics.acceptance_rate == 1.0
+    else:
+        assert metrics.acceptance_rate < 0.2  # an untrained random drafter is almost never right
+
+
+def test_steering_changes_the_drafts_but_not_the_output(verifier, drafters):
+    config = DecodeConfig(k=4, max_new_tokens=30)
+    drafter, head = drafters["steered"]
+    steered_blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    plain_blocks = list(SpeculativeDecoder(verifier, drafter, None, config, NO_STOP).run(PROMPT))
+    assert _ids(steered_blocks) == _ids(plain_blocks)
+    draft_probs = lambda blocks: [t.draft_prob for b in blocks for t in b.drafts]  # noqa: E731
+    assert draft_probs(steered_blocks) != pytest.approx(draft_probs(plain_blocks))
+    assert all(b.steering_norm and b.steering_norm > 0 for b in steered_blocks[1:])
+    assert all(len(b.layer_bias_norms) == 2 for b in steered_blocks[1:])
+
+
+def test_stop_token_ends_generation_like_the_verifier(verifier, drafters):
+    reference = _ids(verifier_decode(verifier, PROMPT, DecodeConfig(max_new_tokens=40), NO_STOP))
+    stop = frozenset({reference[12]})
+    cut = reference[: reference.index(reference[12]) + 1]
+    for kind in ("same", "random", "steered"):
+        drafter, head = drafters[kind]
+        config = DecodeConfig(k=5, max_new_tokens=40)
+        blocks = list(SpeculativeDecoder(verifier, drafter, head, config, stop).run(PROMPT))
+        assert _ids(blocks) == cut == _ids(verifier_decode(verifier, PROMPT, config, stop))
+        assert not blocks[-1].complete or len(blocks[-1].emitted) == blocks[-1].n_accepted + 1
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 7, 9, 10])
+def test_length_limit_is_exact(verifier, drafters, max_new_tokens):
+    drafter, head = drafters["same"]
+    config = DecodeConfig(k=4, max_new_tokens=max_new_tokens)
+    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    assert len(_ids(blocks)) == max_new_tokens
+
+
+def test_trace_statuses_and_metric_identities(verifier, drafters):
+    drafter, head = drafters["steered"]
+    k = 4
+    config = DecodeConfig(k=k, temperature=1.0, max_new_tokens=60, seed=11)
+    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    metrics = summarize(blocks, k)
+    speculative = [b for b in blocks if b.kind == "speculative"]
+    complete = [b for b in speculative if b.complete]
+    assert sum(metrics.histogram) == len(complete)
+    assert sum(j * h for j, h in enumerate(metrics.histogram)) == metrics.accepted
+    assert metrics.n_tokens == len(_ids(blocks)) == sum(b.n_accepted + 1 for b in blocks) == 60
+    for block in speculative:
+        statuses = [t.status for t in block.drafts]
+        n = block.n_accepted
+        assert statuses[:n] == [TokenStatus.ACCEPTED] * n
+        assert (
+            statuses[n:]
+            == ([TokenStatus.REJECTED] + [TokenStatus.DISCARDED] * (block.k - n - 1))[: block.k - n]
+        )
+        assert block.extra.status == (TokenStatus.BONUS if n == block.k else TokenStatus.RESAMPLED)
+        assert len(block.overlaps) == min(n + 1, block.k)
+    assert metrics.tau == pytest.approx(sum(b.n_accepted + 1 for b in complete) / len(complete))
+
+
+# --- T = 1: the emitted tokens follow the verifier's law -------------------------------------------
+
+SMALL_V = 8
+
+
+def _peaky_llama(seed: int, hidden: int, layers: int):
+    model = tiny_llama(vocab_size=SMALL_V, hidden=hidden, layers=layers, ffn=2 * hidden, seed=seed)
+    model.config.tie_word_embeddings = False
+    model.lm_head = torch.nn.Linear(hidden, SMALL_V, bias=False)
+    torch.manual_seed(seed + 100)
+    torch.nn.init.normal_(model.lm_head.weight, std=1.5)  # peaky, model-specific distributions
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    verifier = _peaky_llama(0, hidden=16, layers=2)
+    drafter = _peaky_llama(1, hidden=16, layers=1)
+    head = new_head_for(verifier, drafter)
+    with torch.no_grad():
+        head.w_s.normal_(0, 2.0)
+    return verifier, drafter, head
+
+
+SMALL_PROMPT = [3, 1, 4]
+
+
+@torch.inference_mode()
+def _exact_law(verifier) -> torch.Tensor:
+    """Exact verifier law of emitted tokens 2 and 3, P(x2, x3) = Σ_x1 p(x1) p(x2|x1) p(x3|x1 x2). [V, V]."""
+    pairs = torch.tensor(list(itertools.product(range(SMALL_V), repeat=2)))  # [V², 2]
+    sequences = torch.cat([torch.tensor(SMALL_PROMPT).expand(len(pairs), -1), pairs], dim=1)
+    probs = torch.softmax(verifier(sequences).logits.float(), dim=-1)  # [V², T, V]
+    p1 = probs[:, len(SMALL_PROMPT) - 1]  # law of x1, same for every row
+    joint = torch.zeros(SMALL_V, SMALL_V, SMALL_V)
+    for row, (x1, x2) in enumerate(pairs.tolist()):
+        joint[x1, x2] = p1[row, x1] * probs[row, len(SMALL_PROMPT), x2] * probs[row, len(SMALL_PROMPT) + 1]
+    return joint.sum(0)  # marginal over x1 → [x2, x3]
+
+
+def _empirical_law(verifier, drafter, head, n: int) -> torch.Tensor:
+    counts = torch.zeros(SMALL_V, SMALL_V)
+    for seed in range(n):
+        config = DecodeConfig(k=2, temperature=1.0, max_new_tokens=3, seed=seed)
+        ids = _ids(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT))
+        counts[ids[1], ids[2]] += 1
+    return counts / n
+
+
+def _tv(a, b) -> float:
+    return 0.5 * float((a - b).abs().sum())
+
+
+def _bound(exact: torch.Tensor, n: int) -> float:
+    """3× the expected TV distance of n exact samples: E|X/n − p| ≈ sqrt(2 p (1 − p) / (π n)) per cell."""
+    return 3 * 0.5 * float(torch.sqrt(2 * exact * (1 - exact) / (torch.pi * n)).sum())
+
+
+def test_sampled_output_follows_the_verifier_law_with_and_without_steering(small_pair):
+    verifier, drafter, head = small_pair
+    exact = _exact_law(verifier)
+    plain = _empirical_law(verifier, drafter, None, 5_000)
+    steered_law = _empirical_law(verifier, drafter, head, 10_000)
+    assert _tv(plain, exact) < _bound(exact, 5_000)
+    assert _tv(steered_law, exact) < _bound(exact, 10_000)
+    coarse = _empirical_law(verifier, drafter, head, 500)
+    assert _tv(steered_law, exact) < _tv(coarse, exact)  # the distance shrinks with samples
+
+
+def test_steering_changes_acceptance_not_the_law(small_pair):
+    verifier, drafter, head = small_pair
+    config = DecodeConfig(k=4, temperature=1.0, max_new_tokens=200, seed=0)
+    plain = summarize(list(SpeculativeDecoder(verifier, drafter, None, config, NO_STOP).run(SMALL_PROMPT)), 4)
+    steer = summarize(list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT)), 4)
+    assert plain.alpha_hat != pytest.approx(steer.alpha_hat, abs=1e-3)
+
+
+def test_negative_control_always_accept_is_detected(small_pair, monkeypatch):
+    verifier, drafter, _ = small_pair
+
+    def always_accept(draft_tokens, draft_probs, target_probs, generator):
+        return Verdict(
+            draft_tokens.shape[0], int(torch.multinomial(target_probs[-1], 1, generator=generator))
+        )
+
+    monkeypatch.setattr(decoding, "rejection_sample", always_accept)
+    n, exact = 2_000, _exact_law(verifier)
+    law = _empirical_law(verifier, drafter, None, n)
+    assert _tv(law, exact) > _bound(exact, n)

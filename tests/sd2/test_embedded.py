@@ -1,0 +1,69 @@
+"""Integration on the real embedded verifier, SmolLM2-135M-Instruct (converted once into SD2_HOME)."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sd2.config import DecodeConfig
+from sd2.engine import Engine, GenerateRequest
+from sd2.models import Drafter
+from sd2.steering import new_head_for
+
+pytestmark = pytest.mark.slow
+PROMPT = "What is the capital of France? Answer in one sentence."
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine.load()  # the embedded default
+
+
+def _random_steered_drafter(verifier) -> Drafter:
+    """A 2-layer random drafter with the verifier's vocabulary and a non-zero SD² head."""
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=verifier.config.vocab_size,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )
+    ).eval()
+    head = new_head_for(verifier, model)
+    with torch.no_grad():
+        head.w_s.normal_(0, 0.01)
+    return Drafter("random-sd2", model, head, path="<memory>")
+
+
+def test_embedded_pair_loads_as_documented(engine):
+    assert engine.verifier.config.num_hidden_layers == 30
+    assert engine.verifier.config.hidden_size == 576
+    assert engine.tokenizer.decode([2]) == "<|im_end|>" and 2 in engine.stop_ids
+
+
+def test_speculative_greedy_equals_verifier_greedy_on_a_real_prompt(engine):
+    engine.add_drafter(_random_steered_drafter(engine.verifier))
+    decode = DecodeConfig(k=4, max_new_tokens=24)
+    reference = engine.generate(GenerateRequest(prompt=PROMPT, decode=decode))
+    assert "Paris" in reference.text
+    for method in ("self", "random-sd2"):
+        result = engine.generate(GenerateRequest(prompt=PROMPT, method=method, decode=decode))
+        assert result.token_ids == reference.token_ids, method
+    assert engine.generate(GenerateRequest(prompt=PROMPT, method="self", decode=decode)).metrics.tau == 5
+
+
+def test_our_verifier_loop_matches_transformers_generate(engine):
+    ids = engine.encode(GenerateRequest(prompt=PROMPT))
+    ours = engine.generate(GenerateRequest(prompt=PROMPT, decode=DecodeConfig(max_new_tokens=16)))
+    with torch.inference_mode():
+        hf = engine.verifier.generate(
+            torch.tensor([ids]),
+            max_new_tokens=16,
+            do_sample=False,
+            eos_token_id=sorted(engine.stop_ids),
+            pad_token_id=2,
+        )
+    assert ours.token_ids == hf[0, len(ids) :].tolist()[: len(ours.token_ids)]
