@@ -1,0 +1,4 @@
+"""The sd2 REST service: FastAPI over the `sd2` engine, with a SQLAlchemy trace store (DESIGN.md §6).
+
+Importing this package creates nothing: call `service.app.create_app(settings)`.
+"""

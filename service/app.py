@@ -1,0 +1,101 @@
+"""The FastAPI application factory. Nothing happens at import time: `create_app(settings)` builds an
+app whose lifespan opens the store, loads the model pair once and starts the training worker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+
+import sd2
+from sd2.engine import Engine
+from sd2.models import load_drafter
+from service import queries, repository
+from service.db import Database
+from service.deps import Services
+from service.errors import install_handlers
+from service.finetune import NextTokenFineTuner
+from service.generation import ModelHost
+from service.jobs import JobRunner, TrainFn, drafter_info
+from service.limits import BodyLimit
+from service.routers import compare, drafters, generate, health, runs, train
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+WORKER_THREADS = 32  # requests waiting for the model lock park here, not on the event loop
+
+DESCRIPTION = """REST API of the sd2 lab: lossless (steered) speculative decoding with a per-token trace.
+
+Every generation is stored as a run with its blocks and token events. Errors are 4xx JSON whose
+`detail[].loc` names the offending field; a rejected request writes nothing."""
+
+
+def create_app(settings: Settings, engine: Engine | None = None, train_fn: TrainFn | None = None) -> FastAPI:
+    """Build the app. `engine` and `train_fn` may be injected (tests, embedding); by default the
+    lifespan loads the pair named in `settings` and trains with `NextTokenFineTuner`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = _start(settings, engine, train_fn)
+        app.state.services = services
+        try:
+            yield
+        finally:
+            services.jobs.stop()
+            services.executor.shutdown(wait=True, cancel_futures=True)
+            services.db.dispose()
+
+    app = FastAPI(
+        title="sd2",
+        version=sd2.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    install_handlers(app)
+    for module in (generate, compare, runs, drafters, train, health):
+        app.include_router(module.router)
+    return app
+
+
+def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) -> Services:
+    """Open and migrate the store, load the models, re-register trained drafters, start the job worker."""
+    db = Database(settings.db_url)
+    db.migrate()
+    if engine is None:
+        engine = Engine.load(settings.verifier, dict(settings.drafters), device=settings.device)
+    host = ModelHost(engine, threading.Lock())
+    for drafter in engine.drafters.values():
+        repository.upsert_drafter(db, drafter_info(drafter, source="config"))
+    _reload_trained(db, host, settings)
+    interrupted = repository.fail_interrupted_jobs(db)
+    if interrupted:
+        log.warning("marked %d training job(s) interrupted by a restart as failed", interrupted)
+    fn = train_fn or NextTokenFineTuner(host)
+    jobs = JobRunner(db, host, fn, settings.drafters_dir)
+    jobs.start()
+    methods = tuple(getattr(fn, "methods", ("pretrain", "distill", "sd2")))
+    executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="sd2-worker")
+    return Services(settings, db, host, jobs, methods, executor)
+
+
+def _reload_trained(db: Database, host: ModelHost, settings: Settings) -> None:
+    """Drafters produced by earlier training jobs come back after a restart (if their folder survived)."""
+    with db.read() as session:
+        rows = [r for r in queries.drafter_rows(session).values() if r.source == "training"]
+    engine = host.engine
+    for row in rows:
+        folder = Path(row.path)
+        if row.name in engine.drafters or folder.parent != settings.drafters_dir or not folder.is_dir():
+            continue
+        try:
+            engine.add_drafter(
+                load_drafter(row.name, str(folder), engine.placement, engine.verifier, engine.tokenizer)
+            )
+        except Exception:  # one broken checkpoint must not keep the server down
+            log.exception("could not reload trained drafter %r from %s", row.name, folder)

@@ -1,0 +1,108 @@
+"""Database engine and sessions: SQLite in WAL mode with `BEGIN IMMEDIATE` writes, or any SQLAlchemy URL.
+
+Why WAL + BEGIN IMMEDIATE (OFFLINE.md): with pysqlite's default transaction handling concurrent
+writers lost updates, and a deferred `BEGIN` failed with "database is locked" when two readers tried
+to upgrade to writers at once. WAL lets readers run beside a writer; `BEGIN IMMEDIATE` takes the
+write lock up front, so writers queue on the busy timeout instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.orm import Base
+
+SCHEMA_VERSION = 1
+_WRITE = "sd2_write"  # execution option that marks a write session's connection
+BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
+
+
+def _create_v1(conn: Connection) -> None:
+    """Version 1: runs, blocks, token events, comparisons, training jobs, metric points, drafters."""
+    Base.metadata.create_all(conn)
+
+
+# Ordered migrations: MIGRATIONS[i] brings a database from version i to i + 1. A later schema change
+# appends a function with explicit DDL here (never edits an earlier one) and bumps SCHEMA_VERSION.
+MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1]
+
+
+class Database:
+    """One SQLAlchemy engine with a read-session and a write-session factory."""
+
+    def __init__(self, url: str):
+        parsed = make_url(url)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(url)
+        if self.is_sqlite:
+            _install_sqlite_hooks(self.engine)
+        self._reads = sessionmaker(self.engine, expire_on_commit=False)
+        self._writes = sessionmaker(self.engine.execution_options(**{_WRITE: True}), expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._reads() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One transaction: committed when the block exits normally, rolled back on any exception."""
+        with self._writes() as session, session.begin():
+            yield session
+
+    def migrate(self) -> int:
+        """Bring the schema to SCHEMA_VERSION; refuse a database written by a newer sd2."""
+        with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
+            version = _current_version(conn)
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(f"DB schema version {version} is newer than this sd2's ({SCHEMA_VERSION})")
+            for step in MIGRATIONS[version:SCHEMA_VERSION]:
+                step(conn)
+            conn.execute(text("DELETE FROM schema_version"))
+            conn.execute(text("INSERT INTO schema_version (version) VALUES (:v)"), {"v": SCHEMA_VERSION})
+        return SCHEMA_VERSION
+
+    def ping(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except Exception:  # health reports the failure instead of raising it
+            return False
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _current_version(conn: Connection) -> int:
+    if not inspect(conn).has_table("schema_version"):
+        conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
+        return 0
+    return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    """WAL, foreign keys, a busy timeout, and our own BEGIN (the pysqlite recipe in SQLAlchemy's docs)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # stop pysqlite from issuing its own (deferred) BEGIN
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")  # off by default in SQLite; cascades need it
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable on app crash, fast commits
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

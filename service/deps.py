@@ -1,0 +1,59 @@
+"""Shared state of a running app and the `Annotated` dependencies routers use to reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Header, HTTPException, Request
+
+from service.db import Database
+from service.generation import ModelHost
+from service.jobs import JobRunner
+from service.settings import Settings
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    """Everything the lifespan builds once: settings, store, the loaded models, the job runner."""
+
+    settings: Settings
+    db: Database
+    host: ModelHost
+    jobs: JobRunner
+    train_methods: tuple[str, ...]  # recipes the injected train_fn implements
+    executor: ThreadPoolExecutor  # decoding and DB work run here, off the event loop
+
+    async def in_thread(self, fn: Callable[..., T], *args) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def require_api_key(
+    services: ServicesDep,
+    x_api_key: Annotated[str | None, Header(description="required when the server sets SD2_API_KEY")] = None,
+) -> None:
+    """Mutating endpoints (train, cancel, delete) need the key when one is configured."""
+    expected = services.settings.api_key
+    if expected is None:
+        return
+    if x_api_key is None or not hmac.compare_digest(x_api_key.encode(), expected.encode()):
+        raise HTTPException(
+            status_code=401,
+            detail=[{"loc": ["header", "X-API-Key"], "msg": "missing or wrong API key", "type": "auth"}],
+        )
+
+
+ApiKeyDep = Depends(require_api_key)

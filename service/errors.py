@@ -1,0 +1,44 @@
+"""Error responses. Every 4xx names the field it is about, in FastAPI's own validation shape:
+`{"detail": [{"loc": ["body", "<field>"], "msg": "...", "type": "..."}]}`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+class FieldError(Exception):
+    """A request value the service refuses, raised before anything is written."""
+
+    def __init__(self, field: str, message: str, status_code: int = 422, where: str = "body"):
+        super().__init__(message)
+        self.field, self.message, self.status_code, self.where = field, message, status_code, where
+
+    def detail(self) -> list[dict]:
+        return [{"loc": [self.where, self.field], "msg": self.message, "type": "value_error"}]
+
+
+def field_of(message: str, default: str) -> str:
+    """sd2's ValueErrors start with the field name ("k must be ...", "messages[0].role must ..."),
+    so the first word names the field when it is a known one."""
+    first = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
+    return first if first in _KNOWN_FIELDS else default
+
+
+_KNOWN_FIELDS = {
+    "k",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "seed",
+    "prompt",
+    "messages",
+    "method",
+}
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(FieldError)
+    async def _field_error(_request: Request, err: FieldError) -> JSONResponse:
+        return JSONResponse({"detail": err.detail()}, status_code=err.status_code)

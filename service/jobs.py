@@ -1,0 +1,144 @@
+"""Training jobs: a queue, one worker thread, statuses in the DB, and an injectable `train_fn`.
+
+    train_fn(spec, on_metric, should_stop) -> checkpoint folder, or None when it stopped early
+
+`on_metric(step, {"loss": 2.31, ...})` stores metric points and the progress fraction step/steps;
+`should_stop()` turns True when the job is cancelled or the server shuts down. A train_fn takes
+`ModelHost.lock` around each use of the shared models, so decoding and training interleave instead
+of corrupting each other. When it returns a folder, the runner loads it as a drafter, adds it to
+the Engine and the registry, and it appears in GET /drafters.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sd2.models import load_drafter
+from service import repository
+from service.db import Database
+from service.generation import ModelHost
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What a job trains; mirrors schemas.TrainIn plus where the checkpoint must go."""
+
+    job_id: int
+    name: str
+    method: str  # pretrain | distill | sd2
+    base_drafter: str
+    data: tuple[str, ...] | None
+    steps: int
+    lr: float
+    k: int
+    seq_len: int
+    batch_size: int
+    seed: int
+    output_dir: Path  # SD2_HOME/drafters/<name>: built from a validated name, never from a path in a request
+
+
+OnMetric = Callable[[int, Mapping[str, float]], None]
+TrainFn = Callable[[TrainSpec, OnMetric, Callable[[], bool]], Path | None]
+
+
+class JobRunner:
+    """Runs queued jobs one at a time in a worker thread; cancellation is cooperative."""
+
+    def __init__(self, db: Database, host: ModelHost, train_fn: TrainFn, drafters_dir: Path):
+        self.db, self.host, self.train_fn, self.drafters_dir = db, host, train_fn, drafters_dir
+        self._queue: queue.Queue[TrainSpec | None] = queue.Queue()
+        self._cancelled: set[int] = set()
+        self._shutdown = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="sd2-train-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the running job to stop, then wait for the worker (jobs still queued are failed on restart)."""
+        self._shutdown.set()
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, name: str, method: str, base_drafter: str, spec: Mapping) -> int:
+        job_id = repository.create_job(self.db, name, method, base_drafter, spec)
+        self._queue.put(
+            TrainSpec(
+                job_id=job_id,
+                name=name,
+                method=method,
+                base_drafter=base_drafter,
+                data=tuple(spec["data"]) if spec.get("data") else None,
+                steps=spec["steps"],
+                lr=spec["lr"],
+                k=spec["k"],
+                seq_len=spec["seq_len"],
+                batch_size=spec["batch_size"],
+                seed=spec["seed"],
+                output_dir=self.drafters_dir / name,
+            )
+        )
+        return job_id
+
+    def cancel(self, job_id: int) -> None:
+        """A queued job is cancelled at once; a running one at its next step."""
+        self._cancelled.add(job_id)
+        repository.finish_job_if_queued(self.db, job_id)
+
+    def _work(self) -> None:
+        while not self._shutdown.is_set():
+            spec = self._queue.get()
+            if spec is None:
+                return
+            if repository.start_job(self.db, spec.job_id):  # False: cancelled while queued
+                self._run(spec)
+
+    def _run(self, spec: TrainSpec) -> None:
+        def should_stop() -> bool:
+            return self._shutdown.is_set() or spec.job_id in self._cancelled
+
+        def on_metric(step: int, metrics: Mapping[str, float]) -> None:
+            repository.add_metric_points(self.db, spec.job_id, step, metrics, min(step / spec.steps, 1.0))
+
+        try:
+            checkpoint = self.train_fn(spec, on_metric, should_stop)
+            if checkpoint is None or should_stop():
+                repository.finish_job(self.db, spec.job_id, "cancelled", error="cancelled before it finished")
+                return
+            self._register(spec, Path(checkpoint))
+        except Exception as err:  # the job fails with its error; the worker keeps serving
+            log.exception("training job %d failed", spec.job_id)
+            repository.finish_job(self.db, spec.job_id, "failed", error=f"{type(err).__name__}: {err}")
+            return
+        repository.finish_job(self.db, spec.job_id, "succeeded", checkpoint=str(checkpoint))
+
+    def _register(self, spec: TrainSpec, checkpoint: Path) -> None:
+        engine = self.host.engine
+        with self.host.lock:
+            drafter = load_drafter(
+                spec.name, str(checkpoint), engine.placement, engine.verifier, engine.tokenizer
+            )
+            engine.add_drafter(drafter)
+        repository.upsert_drafter(self.db, drafter_info(drafter, source="training", job_id=spec.job_id))
+
+
+def drafter_info(drafter, source: str, job_id: int | None = None) -> repository.DrafterInfo:
+    """Registry row of a loaded sd2.models.Drafter."""
+    architectures = getattr(drafter.model.config, "architectures", None) or [drafter.model.config.model_type]
+    return repository.DrafterInfo(
+        name=drafter.name,
+        source=source,
+        path=drafter.path,
+        architecture=str(architectures[0]),
+        recipe=drafter.card.get("recipe"),
+        steering=drafter.head is not None,
+        n_params=drafter.n_params,
+        job_id=job_id,
+    )

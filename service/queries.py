@@ -1,0 +1,191 @@
+"""Reads from the trace store, shaped as the API's JSON (writes live in `service.repository`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from service.orm import BlockRow, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob
+
+RUN_SUMMARY_FIELDS = (
+    *("id", "created_at", "status", "error", "method", "drafter", "steering", "prompt_set", "prompt"),
+    *("messages", "config", "comparison_id", "text", "n_tokens", "tau", "acceptance_rate", "alpha_hat"),
+    "tokens_per_s",
+)
+
+
+def as_utc(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; every timestamp the service writes is UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def run_summary(run: Run) -> dict:
+    data = {name: getattr(run, name) for name in RUN_SUMMARY_FIELDS}
+    data["created_at"] = as_utc(run.created_at)
+    return data
+
+
+def list_runs(
+    session: Session,
+    *,
+    method: str | None = None,
+    drafter: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[list[dict], int]:
+    """Newest first, filtered; returns (page, total matching)."""
+    conditions = []
+    if method is not None:
+        conditions.append(Run.method == method)
+    if drafter is not None:
+        conditions.append(Run.drafter == drafter)
+    if status is not None:
+        conditions.append(Run.status == status)
+    if since is not None:
+        conditions.append(Run.created_at >= _naive_utc(since))
+    if until is not None:
+        conditions.append(Run.created_at < _naive_utc(until))
+    total = session.scalar(select(func.count(Run.id)).where(*conditions)) or 0
+    rows = session.scalars(
+        select(Run)
+        .where(*conditions)
+        .order_by(Run.created_at.desc(), Run.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return [run_summary(r) for r in rows], total
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    """Compare in UTC whatever zone the client sent (naive input is taken as UTC)."""
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def get_run(session: Session, run_id: int) -> dict | None:
+    """A run with its blocks in the shape of sd2's Block.to_dict(), or None."""
+    run = session.scalar(
+        select(Run).where(Run.id == run_id).options(selectinload(Run.blocks).selectinload(BlockRow.events))
+    )
+    if run is None:
+        return None
+    data = run_summary(run)
+    data.update(
+        token_ids=run.token_ids,
+        prompt_tokens=run.prompt_tokens,
+        finish_reason=run.finish_reason,
+        metrics=run.metrics,
+        blocks=[block_dict(b) for b in run.blocks],
+    )
+    return data
+
+
+def block_dict(block: BlockRow) -> dict:
+    drafts = [event_dict(e) for e in block.events if not e.is_extra]
+    extra = next((event_dict(e) for e in block.events if e.is_extra), None)
+    n_accepted_drafts = sum(d["status"] == "accepted" for d in drafts)
+    return {
+        "index": block.index,
+        "kind": block.kind,
+        "drafts": drafts,
+        "extra": extra,
+        "k": block.k,
+        "n_accepted": block.n_accepted,
+        "complete": block.complete,
+        "overlaps": block.overlaps,
+        "steering_norm": block.steering_norm,
+        "layer_bias_norms": block.layer_bias_norms,
+        "timings": {
+            "draft_ms": block.draft_ms,
+            "verify_ms": block.verify_ms,
+            "steer_ms": block.steer_ms,
+            "total_ms": block.total_ms,
+        },
+        "n_emitted": n_accepted_drafts + (extra is not None),
+    }
+
+
+def event_dict(event: TokenEventRow) -> dict:
+    return {
+        "token_id": event.token_id,
+        "status": event.status,
+        "draft_prob": event.draft_prob,
+        "target_prob": event.target_prob,
+        "text": event.text,
+    }
+
+
+def stats(session: Session) -> list[dict]:
+    """Means of τ, acceptance, α̂ and tokens/s over succeeded runs, per (method, prompt set)."""
+    rows = session.execute(
+        select(
+            Run.method,
+            Run.prompt_set,
+            func.count(Run.id),
+            func.coalesce(func.sum(Run.n_tokens), 0),
+            func.avg(Run.tau),
+            func.avg(Run.acceptance_rate),
+            func.avg(Run.alpha_hat),
+            func.avg(Run.tokens_per_s),
+        )
+        .where(Run.status == "succeeded")
+        .group_by(Run.method, Run.prompt_set)
+        .order_by(Run.method, Run.prompt_set)
+    ).all()
+    keys = (
+        "method",
+        "prompt_set",
+        "n_runs",
+        "n_tokens",
+        "tau",
+        "acceptance_rate",
+        "alpha_hat",
+        "tokens_per_s",
+    )
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def drafter_rows(session: Session) -> dict[str, DrafterRow]:
+    return {row.name: row for row in session.scalars(select(DrafterRow)).all()}
+
+
+def get_job(session: Session, job_id: int, after_point: int = 0) -> dict | None:
+    """A job with its metric points whose id is > after_point (all of them by default)."""
+    job = session.get(TrainingJob, job_id)
+    if job is None:
+        return None
+    points = session.scalars(
+        select(MetricPoint)
+        .where(MetricPoint.job_id == job_id, MetricPoint.id > after_point)
+        .order_by(MetricPoint.id)
+    ).all()
+    return {
+        "id": job.id,
+        "name": job.name,
+        "method": job.method,
+        "base_drafter": job.base_drafter,
+        "status": job.status,
+        "progress": job.progress,
+        "error": job.error,
+        "created_at": as_utc(job.created_at),
+        "started_at": as_utc(job.started_at),
+        "finished_at": as_utc(job.finished_at),
+        "spec": job.spec,
+        "points": [{"step": p.step, "name": p.name, "value": p.value} for p in points],
+        "last_point_id": points[-1].id if points else after_point,
+    }
+
+
+def job_names(session: Session) -> set[str]:
+    """Drafter names claimed by jobs that have not failed (a name is registered once)."""
+    return set(
+        session.scalars(
+            select(TrainingJob.name).where(TrainingJob.status.in_(("queued", "running", "succeeded")))
+        )
+    )

@@ -1,0 +1,232 @@
+"""Every write to the trace store. Each public function is one transaction (`Database.write`).
+
+A run is written once, at its end, with all its blocks and token events in that same transaction:
+a run that fails or is cancelled becomes one row with its status and error and no events, so the
+store never holds a half-written trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from sd2.engine import GenerationResult
+from sd2.trace import Block
+from service.db import Database
+from service.orm import BlockRow, Comparison, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob, utcnow
+
+TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class RunRecord:
+    """What to store about one generation: the request as received and its outcome (or error)."""
+
+    method: str
+    drafter: str | None  # the drafter name when the method is a loaded drafter
+    steering: bool
+    config: dict  # asdict(DecodeConfig)
+    prompt: str | None
+    messages: list[dict] | None
+    prompt_set: str | None = None
+    status: str = "succeeded"  # succeeded | failed | cancelled
+    error: str | None = None
+    result: GenerationResult | None = None  # only for succeeded runs
+
+
+@dataclass
+class DrafterInfo:
+    name: str
+    source: str  # config | training
+    path: str
+    architecture: str
+    recipe: str | None
+    steering: bool
+    n_params: int
+    job_id: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def record_run(db: Database, record: RunRecord) -> int:
+    """Store one run (and, if it succeeded, all its blocks and events) in one transaction; return its id."""
+    with db.write() as session:
+        return _insert_run(session, record)
+
+
+def record_comparison(
+    db: Database, methods: Sequence[str], records: Sequence[RunRecord]
+) -> tuple[int, list[int]]:
+    """Store a comparison and all its runs in one transaction."""
+    with db.write() as session:
+        comparison = Comparison(methods=list(methods))
+        session.add(comparison)
+        session.flush()
+        return comparison.id, [_insert_run(session, r, comparison.id) for r in records]
+
+
+def delete_run(db: Database, run_id: int) -> bool:
+    """Delete a run; its blocks and events go with it (ON DELETE CASCADE). False if there was none."""
+    with db.write() as session:
+        session.execute(delete(TokenEventRow).where(TokenEventRow.run_id == run_id))
+        session.execute(delete(BlockRow).where(BlockRow.run_id == run_id))
+        return session.execute(delete(Run).where(Run.id == run_id)).rowcount > 0
+
+
+def _insert_run(session: Session, record: RunRecord, comparison_id: int | None = None) -> int:
+    result = record.result
+    metrics = result.metrics if result is not None else None
+    run = Run(
+        status=record.status,
+        error=record.error,
+        method=record.method,
+        drafter=record.drafter,
+        steering=result.steering if result is not None else record.steering,
+        prompt_set=record.prompt_set,
+        prompt=record.prompt,
+        messages=record.messages,
+        config=record.config,
+        comparison_id=comparison_id,
+        text=result.text if result else None,
+        token_ids=result.token_ids if result else None,
+        prompt_tokens=result.prompt_tokens if result else None,
+        finish_reason=result.finish_reason if result else None,
+        n_tokens=metrics.n_tokens if metrics else None,
+        tau=metrics.tau if metrics else None,
+        acceptance_rate=metrics.acceptance_rate if metrics else None,
+        alpha_hat=metrics.alpha_hat if metrics else None,
+        tokens_per_s=metrics.tokens_per_s if metrics else None,
+        metrics=metrics.to_dict() if metrics else None,
+    )
+    session.add(run)
+    session.flush()  # assigns run.id
+    if result is not None and result.blocks:
+        _insert_blocks(session, run.id, result.blocks)
+    return run.id
+
+
+def _insert_blocks(session: Session, run_id: int, blocks: Sequence[Block]) -> None:
+    """Bulk-insert the trace: one executemany for blocks, one for events (a 128-token run is ~150 rows)."""
+    block_params = [
+        {
+            "run_id": run_id,
+            "index": b.index,
+            "kind": b.kind,
+            "k": b.k,
+            "n_accepted": b.n_accepted,
+            "complete": b.complete,
+            "overlaps": list(b.overlaps),
+            "steering_norm": b.steering_norm,
+            "layer_bias_norms": list(b.layer_bias_norms),
+            **asdict(b.timings),
+        }
+        for b in blocks
+    ]
+    block_ids = session.scalars(
+        insert(BlockRow).returning(BlockRow.id, sort_by_parameter_order=True), block_params
+    ).all()
+    event_params = [
+        {
+            "block_id": block_id,
+            "run_id": run_id,
+            "position": position,
+            "is_extra": token is block.extra,
+            "token_id": token.token_id,
+            "text": token.text,
+            "status": str(token.status),
+            "draft_prob": token.draft_prob,
+            "target_prob": token.target_prob,
+        }
+        for block_id, block in zip(block_ids, blocks, strict=True)
+        for position, token in enumerate([*block.drafts, *([block.extra] if block.extra else [])])
+    ]
+    if event_params:
+        session.execute(insert(TokenEventRow), event_params)
+
+
+def upsert_drafter(db: Database, info: DrafterInfo) -> None:
+    with db.write() as session:
+        row = session.get(DrafterRow, info.name) or DrafterRow(name=info.name)
+        row.source, row.path, row.architecture = info.source, info.path, info.architecture
+        row.recipe, row.steering, row.n_params, row.job_id = (
+            info.recipe,
+            info.steering,
+            info.n_params,
+            info.job_id,
+        )
+        session.add(row)
+
+
+def create_job(db: Database, name: str, method: str, base_drafter: str, spec: Mapping) -> int:
+    with db.write() as session:
+        job = TrainingJob(
+            name=name, method=method, base_drafter=base_drafter, spec=dict(spec), status="queued"
+        )
+        session.add(job)
+        session.flush()
+        return job.id
+
+
+def start_job(db: Database, job_id: int) -> bool:
+    """queued → running; False when the job was cancelled while it waited."""
+    with db.write() as session:
+        changed = session.execute(
+            update(TrainingJob)
+            .where(TrainingJob.id == job_id, TrainingJob.status == "queued")
+            .values(status="running", started_at=utcnow())
+        ).rowcount
+        return changed > 0
+
+
+def finish_job(
+    db: Database, job_id: int, status: str, error: str | None = None, checkpoint: str | None = None
+) -> None:
+    """Move a job to a terminal status (once: a finished job never changes again)."""
+    assert status in TERMINAL_JOB_STATUSES
+    values: dict = {"status": status, "error": error, "checkpoint": checkpoint, "finished_at": utcnow()}
+    if status == "succeeded":
+        values["progress"] = 1.0
+    with db.write() as session:
+        session.execute(
+            update(TrainingJob)
+            .where(TrainingJob.id == job_id, TrainingJob.status.not_in(TERMINAL_JOB_STATUSES))
+            .values(**values)
+        )
+
+
+def add_metric_points(
+    db: Database, job_id: int, step: int, metrics: Mapping[str, float], progress: float
+) -> None:
+    with db.write() as session:
+        session.add_all(
+            MetricPoint(job_id=job_id, step=step, name=k, value=float(v)) for k, v in metrics.items()
+        )
+        session.execute(update(TrainingJob).where(TrainingJob.id == job_id).values(progress=progress))
+
+
+def fail_interrupted_jobs(db: Database) -> int:
+    """At start-up: jobs left queued/running by a previous process cannot resume; mark them failed."""
+    with db.write() as session:
+        ids = session.scalars(
+            select(TrainingJob.id).where(TrainingJob.status.in_(("queued", "running")))
+        ).all()
+        session.execute(
+            update(TrainingJob)
+            .where(TrainingJob.id.in_(ids))
+            .values(
+                status="failed", error="the server restarted before the job finished", finished_at=utcnow()
+            )
+        )
+        return len(ids)
+
+
+def finish_job_if_queued(db: Database, job_id: int) -> None:
+    """Cancel a job that has not started (a running job is stopped by its runner instead)."""
+    with db.write() as session:
+        session.execute(
+            update(TrainingJob)
+            .where(TrainingJob.id == job_id, TrainingJob.status == "queued")
+            .values(status="cancelled", error="cancelled before it started", finished_at=utcnow())
+        )

@@ -1,0 +1,1 @@
+"""One router per resource: generate, compare, runs, drafters, train, health."""

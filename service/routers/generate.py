@@ -1,0 +1,121 @@
+"""POST /generate: one generation, as JSON or streamed as NDJSON (one line per block, then a summary)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from sd2.engine import GenerateRequest
+from service import repository
+from service.deps import Services, ServicesDep
+from service.generation import decode, prepare
+from service.repository import RunRecord
+from service.schemas import GenerateIn, GenerationOut
+
+router = APIRouter(tags=["generate"])
+
+STREAM_DOC = (
+    "With `stream: true` the response is `application/x-ndjson`: one line "
+    '`{"event": "block", "block": {...}}` per block as it is decoded, then one line '
+    '`{"event": "summary", "run_id": ..., "status": "succeeded", ...}` holding the fields of the JSON '
+    "response except `blocks` (its totals equal the sum of the streamed blocks), or "
+    '`{"event": "error", ...}` if the run failed.'
+)
+
+
+@router.post(
+    "/generate",
+    response_model=GenerationOut,
+    summary="Decode one prompt and store the run",
+    description="Returns DESIGN.md §6's JSON plus `run_id`. " + STREAM_DOC,
+    responses={
+        200: {"content": {"application/x-ndjson": {}}},
+        413: {"description": "request body too large"},
+        422: {"description": "a field is invalid (its name is in `detail[].loc`)"},
+        500: {"description": "the run failed; it is stored with status failed (`run_id`)"},
+    },
+)
+async def generate(body: GenerateIn, services: ServicesDep):
+    request = prepare(body, body.method, services.host.engine, services.settings)
+    if body.stream:
+        return await _streamed(services, request, body.prompt_set)
+    record = await services.in_thread(decode, services.host, request, body.prompt_set)
+    run_id = await services.in_thread(repository.record_run, services.db, record)
+    return outcome_response(run_id, record)
+
+
+def outcome_response(run_id: int, record: RunRecord) -> JSONResponse:
+    if record.result is None:
+        return JSONResponse(
+            {"detail": f"the run {record.status}: {record.error}", "run_id": run_id, "status": record.status},
+            status_code=500,
+        )
+    # Returned as-is (already the §6 shape): re-validating ~150 token events per run buys nothing.
+    return JSONResponse({"run_id": run_id, **record.result.to_dict()})
+
+
+async def _streamed(
+    services: Services, request: GenerateRequest, prompt_set: str | None
+) -> StreamingResponse:
+    """Decode in a worker thread that feeds a queue; the response drains it. The worker never waits on
+    the client, and a client that leaves makes it stop at the next block and store a cancelled run."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue = asyncio.Queue()
+    client_gone = threading.Event()
+
+    def put(item) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed (shutdown); the run is still recorded
+            loop.call_soon_threadsafe(lines.put_nowait, item)
+
+    def work() -> None:
+        try:
+            record = decode(
+                services.host, request, prompt_set, lambda b: put(("block", b.to_dict())), client_gone.is_set
+            )
+            put(("done", (repository.record_run(services.db, record), record)))
+        except BaseException as err:
+            put(("error", err))
+
+    services.executor.submit(work)
+    first = await lines.get()
+    if first[0] == "error":
+        raise first[1]  # a FieldError (prompt too long for the verifier): a 4xx, nothing stored
+    return StreamingResponse(_ndjson(first, lines, client_gone), media_type="application/x-ndjson")
+
+
+async def _ndjson(first, lines: asyncio.Queue, client_gone: threading.Event) -> AsyncIterator[str]:
+    item = first
+    try:
+        while True:
+            kind, payload = item
+            if kind == "block":
+                yield _line({"event": "block", "block": payload})
+            elif kind == "done":
+                yield _line(_summary(*payload))
+                return
+            else:
+                yield _line(
+                    {"event": "error", "status": "failed", "error": f"{type(payload).__name__}: {payload}"}
+                )
+                return
+            item = await lines.get()
+    finally:
+        client_gone.set()  # no-op after a finished run; otherwise the worker stops and records "cancelled"
+
+
+def _summary(run_id: int, record: RunRecord) -> dict:
+    if record.result is None:
+        return {"event": "error", "run_id": run_id, "status": record.status, "error": record.error}
+    summary = record.result.to_dict()
+    del summary["blocks"]
+    return {"event": "summary", "run_id": run_id, "status": record.status, **summary}
+
+
+def _line(data: dict) -> str:
+    return json.dumps(data, ensure_ascii=False) + "\n"

@@ -1,0 +1,39 @@
+"""GET /health and GET /version."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+import sd2
+from service.db import SCHEMA_VERSION
+from service.deps import ServicesDep
+from service.schemas import HealthOut, VersionOut
+
+router = APIRouter(tags=["health"])
+API_VERSION = "1"
+
+
+@router.get(
+    "/health",
+    response_model=HealthOut,
+    summary="Models loaded, device, DB reachable",
+    responses={503: {"model": HealthOut, "description": "the database is unreachable"}},
+)
+async def health(services: ServicesDep):
+    engine = services.host.engine
+    database = await services.in_thread(services.db.ping)
+    body = {
+        "status": "ok" if database else "degraded",
+        "models_loaded": True,  # the lifespan loads them before the first request is served
+        "verifier": engine.verifier_name,
+        "methods": engine.methods(),
+        "device": engine.placement.label,
+        "database": database,
+    }
+    return JSONResponse(body, status_code=200 if database else 503)
+
+
+@router.get("/version", response_model=VersionOut)
+async def version():
+    return {"sd2": sd2.__version__, "schema_version": SCHEMA_VERSION, "api": API_VERSION}

@@ -1,0 +1,290 @@
+"""Pydantic request/response models of the REST API (OpenAPI), separate from the ORM in `service.orm`.
+
+Requests are strict (no "8" → 8 coercion) and forbid unknown fields, so a typo like `max_tokens`
+gets a 422 naming it instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sd2.config import MAX_K
+from service.settings import NAME_PATTERN
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
+# Hard caps documented in the schema; the tighter per-deployment limits come from Settings.
+PROMPT_CAP = 1_000_000
+TOKENS_CAP = 1_000_000
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1, max_length=PROMPT_CAP)
+
+
+class DecodeSettings(BaseModel):
+    """Decoding knobs shared by /generate and /compare (sd2.config.DecodeConfig)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    k: int = Field(8, ge=1, le=MAX_K, description="drafts per block")
+    temperature: float = Field(
+        0.0, ge=0, le=100, description="0 = greedy: output equals the verifier's greedy"
+    )
+    top_k: int = Field(0, ge=0, description="0 = off; applied to verifier and drafter alike (lossless)")
+    top_p: float = Field(1.0, gt=0, le=1, description="1 = off")
+    max_new_tokens: int = Field(
+        128, ge=1, le=TOKENS_CAP, description="capped by the server's SD2_MAX_NEW_TOKENS"
+    )
+    seed: int | None = Field(
+        0, ge=0, lt=2**63, description="seeds the run's one torch.Generator; null = fresh"
+    )
+    steering: bool = Field(True, description="use the drafter's SD² head when it has one")
+    chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
+    prompt: str | None = Field(None, min_length=1, max_length=PROMPT_CAP, examples=["Why is the sky blue?"])
+    messages: list[Message] | None = Field(None, min_length=1, max_length=256)
+    prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> DecodeSettings:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("prompt: give exactly one of prompt or messages")
+        return self
+
+
+class GenerateIn(DecodeSettings):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"prompt": "Why is the sky blue?", "method": "sd2", "k": 8, "max_new_tokens": 64},
+                {"messages": [{"role": "user", "content": "Hi!"}], "method": "verifier", "stream": True},
+            ]
+        },
+    )
+
+    method: Name = Field("verifier", description="verifier, self, or a drafter name from GET /drafters")
+    stream: bool = Field(False, description="NDJSON: one line per block as decoded, then a summary line")
+
+
+class CompareIn(DecodeSettings):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{"prompt": "Why is the sky blue?", "methods": ["verifier", "sd2"]}]},
+    )
+
+    methods: list[Name] = Field(min_length=1, max_length=8)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> CompareIn:
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError("methods: each method may appear once")
+        return self
+
+
+class TokenEventOut(BaseModel):
+    token_id: int
+    status: Literal["accepted", "rejected", "discarded", "resampled", "bonus"]
+    draft_prob: float | None
+    target_prob: float | None
+    text: str
+
+
+class TimingsOut(BaseModel):
+    draft_ms: float
+    verify_ms: float
+    steer_ms: float
+    total_ms: float
+
+
+class BlockOut(BaseModel):
+    index: int
+    kind: Literal["prefill", "verifier", "speculative"]
+    drafts: list[TokenEventOut]
+    extra: TokenEventOut | None
+    k: int
+    n_accepted: int
+    complete: bool
+    overlaps: list[float]
+    steering_norm: float | None
+    layer_bias_norms: list[float]
+    timings: TimingsOut
+    n_emitted: int
+
+
+class MetricsOut(BaseModel):
+    """sd2.metrics.GenerationMetrics; conventions in DESIGN.md §3."""
+
+    n_tokens: int
+    n_blocks: int
+    tau: float | None
+    acceptance_rate: float | None
+    alpha_hat: float | None
+    accepted: int
+    drafted: int
+    histogram: list[int]
+    per_position_unconditional: list[float]
+    per_position_conditional: list[float]
+    prefill_ms: float
+    decode_ms: float
+    tokens_per_s: float | None
+    tokens_per_s_e2e: float | None
+    drafter_step_ms: float | None
+    verify_ms: float | None
+    cost_ratio: float | None
+    speedup_ceiling: float | None
+
+
+class ConfigOut(BaseModel):
+    k: int
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new_tokens: int
+    seed: int | None
+
+
+class GenerationOut(BaseModel):
+    """DESIGN.md §6: GenerationResult.to_dict() plus the id of the stored run."""
+
+    run_id: int
+    text: str
+    token_ids: list[int]
+    method: str
+    steering: bool
+    prompt_tokens: int
+    finish_reason: Literal["stop", "length"]
+    config: ConfigOut
+    metrics: MetricsOut
+    blocks: list[BlockOut]
+
+
+class CompareOut(BaseModel):
+    comparison_id: int
+    results: list[GenerationOut]
+
+
+class RunSummary(BaseModel):
+    id: int
+    created_at: datetime
+    status: Literal["succeeded", "failed", "cancelled"]
+    error: str | None
+    method: str
+    drafter: str | None
+    steering: bool
+    prompt_set: str | None
+    prompt: str | None
+    messages: list[Message] | None
+    config: ConfigOut
+    comparison_id: int | None
+    text: str | None
+    n_tokens: int | None
+    tau: float | None
+    acceptance_rate: float | None
+    alpha_hat: float | None
+    tokens_per_s: float | None
+
+
+class RunDetail(RunSummary):
+    token_ids: list[int] | None
+    prompt_tokens: int | None
+    finish_reason: str | None
+    metrics: MetricsOut | None
+    blocks: list[BlockOut]
+
+
+class RunPage(BaseModel):
+    items: list[RunSummary]
+    total: int
+    limit: int
+    offset: int
+
+
+class StatsRow(BaseModel):
+    """Means over succeeded runs of one method and prompt set (τ, acceptance and tokens/s as in §3)."""
+
+    method: str
+    prompt_set: str | None
+    n_runs: int
+    n_tokens: int
+    tau: float | None
+    acceptance_rate: float | None
+    alpha_hat: float | None
+    tokens_per_s: float | None
+
+
+class DrafterOut(BaseModel):
+    name: str
+    architecture: str
+    recipe: str | None
+    steering: bool
+    n_params: int
+    source: Literal["config", "training"]
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    models_loaded: bool
+    verifier: str
+    methods: list[str]
+    device: str
+    database: bool
+
+
+class VersionOut(BaseModel):
+    sd2: str
+    schema_version: int
+    api: str
+
+
+class TrainIn(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"name": "my-drafter", "method": "pretrain", "base_drafter": "sd2", "steps": 20, "lr": 1e-4}
+            ]
+        },
+    )
+
+    name: Name = Field(description="name of the drafter the job registers")
+    method: Literal["pretrain", "distill", "sd2"] = "pretrain"
+    base_drafter: Name
+    data: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, max_length=10_000, description="training texts; default: a few built-in sentences"
+    )
+    steps: int = Field(20, ge=1, le=1_000_000)
+    lr: float = Field(1e-4, gt=0, le=1)
+    k: int = Field(8, ge=1, le=MAX_K, description="draft length the steering offset is sampled from (sd2)")
+    seq_len: int = Field(64, ge=8, le=4096)
+    batch_size: int = Field(4, ge=1, le=256)
+    seed: int = Field(0, ge=0, lt=2**63)
+
+
+class MetricPointOut(BaseModel):
+    step: int
+    name: str
+    value: float
+
+
+class TrainJobOut(BaseModel):
+    id: int
+    name: str
+    method: str
+    base_drafter: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: float
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: dict
+    points: list[MetricPointOut]

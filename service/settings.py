@@ -1,0 +1,76 @@
+"""Service settings, read once from the environment into a frozen dataclass (converted at the edge)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Names that may become dict keys, DB values and folder names under SD2_HOME/drafters: no slashes,
+# no leading dot, so a request can never name a path.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
+DEFAULT_HOME = Path("~/.cache/sd2").expanduser()
+
+
+def is_safe_name(name: str) -> bool:
+    return bool(_NAME.match(name)) and ".." not in name
+
+
+def parse_drafters(value: str) -> tuple[tuple[str, str], ...]:
+    """`name=path,name=path` → ((name, path), ...); every name must be a safe name."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not is_safe_name(name.strip()) or not path.strip():
+            raise ValueError(f"SD2_DRAFTERS entries must look like name=path with a plain name, got {item!r}")
+        pairs.append((name.strip(), path.strip()))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service reads from its environment. Each default says why it is safe."""
+
+    home: Path = DEFAULT_HOME  # DB, checkpoints and converted models live here
+    database_url: str = ""  # empty → sqlite:///<home>/sd2.db; any SQLAlchemy URL (PostgreSQL) scales out
+    verifier: str | None = None  # None → the embedded SmolLM2-135M-Instruct
+    drafters: tuple[tuple[str, str], ...] = ()  # (name, folder) pairs loaded at start-up
+    device: str | None = None  # None → CUDA when available, else CPU
+    host: str = "127.0.0.1"  # loopback by default: exposing the lab is an explicit choice
+    port: int = 8000
+    api_key: str | None = None  # when set, mutating endpoints (train, cancel, delete) require X-API-Key
+    max_prompt_chars: int = 32_000  # well past the embedded verifier's 8k-token context
+    max_new_tokens: int = 1024  # one request cannot hold the model lock for minutes
+    max_body_bytes: int = 1_000_000  # a prompt plus chat history, never a data dump
+    max_train_steps: int = 10_000
+    max_train_chars: int = 500_000  # inline training text; real corpora come with `sd2 train` (issue 3)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'sd2.db'}"
+
+    @property
+    def drafters_dir(self) -> Path:
+        """Where training jobs write their checkpoints, one folder per (validated) drafter name."""
+        return self.home / "drafters"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        home = Path(env.get("SD2_HOME") or Path.home() / ".cache" / "sd2").expanduser()
+        return cls(
+            home=home,
+            database_url=env.get("SD2_DATABASE_URL", ""),
+            verifier=env.get("SD2_VERIFIER") or None,
+            drafters=parse_drafters(env.get("SD2_DRAFTERS", "")),
+            device=env.get("SD2_DEVICE") or None,
+            host=env.get("SD2_HOST", cls.host),
+            port=int(env.get("SD2_PORT", cls.port)),
+            api_key=env.get("SD2_API_KEY") or None,
+            max_prompt_chars=int(env.get("SD2_MAX_PROMPT_CHARS", cls.max_prompt_chars)),
+            max_new_tokens=int(env.get("SD2_MAX_NEW_TOKENS", cls.max_new_tokens)),
+            max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
+        )

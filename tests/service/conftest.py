@@ -1,0 +1,92 @@
+"""Fixtures: a real SQLite file in tmp_path, the tiny model pair, and the app behind a TestClient."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+
+PROMPT = "Tell me a short story about a cat."
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The tiny pair gains nothing from intra-op threads, and on a shared 2-core machine their
+    spin-waiting makes each forward many times slower; restored for other test packages."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tiny_pair_dir) -> Settings:
+    verifier_dir, drafter_dir = tiny_pair_dir
+    # The tiny verifier has a 512-token context: keep prompt + max_new_tokens + k + 1 inside it.
+    return Settings(
+        home=tmp_path / "home",
+        verifier=str(verifier_dir),
+        drafters=(("tiny", str(drafter_dir)),),
+        device="cpu",
+        max_new_tokens=256,
+        max_body_bytes=20_000,
+        max_prompt_chars=5_000,
+    )
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def keyed_client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(replace(settings, api_key="s3cret"))) as c:
+        yield c
+
+
+def db_path(settings: Settings) -> Path:
+    return settings.home / "sd2.db"
+
+
+def count(settings: Settings, table: str, where: str = "1=1", params: tuple = ()) -> int:
+    """Row count read straight from the SQLite file, bypassing the service's own code."""
+    with sqlite3.connect(db_path(settings)) as conn:
+        return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", params).fetchone()[0]
+
+
+def table_counts(settings: Settings) -> dict[str, int]:
+    tables = ("runs", "blocks", "token_events", "comparisons", "training_jobs", "training_metric_points")
+    return {t: count(settings, t) for t in tables}
+
+
+@contextmanager
+def live_server(app) -> Iterator[str]:
+    """uvicorn on a free loopback port in a thread (real sockets, real disconnects)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

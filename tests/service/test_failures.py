@@ -1,0 +1,128 @@
+"""Runs that break mid-decoding, clients that vanish mid-stream, restarts: the store stays consistent."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from sd2.engine import Engine
+from service.app import create_app
+from service.settings import Settings
+from tests.service.conftest import PROMPT, count, live_server
+
+
+def _raise_after(n_calls: int):
+    """A forward pre-hook that lets `n_calls` forwards through, then raises like a device fault would."""
+    calls = {"n": 0}
+
+    def hook(_module, _args):
+        calls["n"] += 1
+        if calls["n"] > n_calls:
+            raise RuntimeError("injected drafter fault")
+
+    return hook
+
+
+@pytest.fixture
+def faulty_engine(tiny_pair_dir) -> Engine:
+    """The real tiny pair plus a drafter 'broken' whose 4th forward raises (mid-run, after some blocks)."""
+    verifier_dir, drafter_dir = tiny_pair_dir
+    engine = Engine.load(
+        str(verifier_dir), {"tiny": str(drafter_dir), "broken": str(drafter_dir)}, device="cpu"
+    )
+    engine.drafters["broken"].model.model.layers[0].register_forward_pre_hook(_raise_after(3))
+    return engine
+
+
+def test_a_run_that_raises_mid_decoding_is_stored_as_failed_without_events(settings, faulty_engine):
+    with TestClient(create_app(settings, engine=faulty_engine)) as client:
+        response = client.post(
+            "/generate", json={"prompt": PROMPT, "method": "broken", "k": 2, "max_new_tokens": 30}
+        )
+        assert response.status_code == 500
+        failed = response.json()
+        assert "injected drafter fault" in failed["detail"] and failed["status"] == "failed"
+        run = client.get(f"/runs/{failed['run_id']}").json()
+        assert run["status"] == "failed" and "injected drafter fault" in run["error"]
+        assert run["blocks"] == [] and run["token_ids"] is None and run["method"] == "broken"
+        assert count(settings, "blocks") == 0 and count(settings, "token_events") == 0
+        # The server keeps serving, and the same pair still decodes with a healthy drafter.
+        ok = client.post("/generate", json={"prompt": PROMPT, "method": "tiny", "k": 2, "max_new_tokens": 10})
+        assert ok.status_code == 200
+        assert client.get("/runs", params={"status": "failed"}).json()["total"] == 1
+
+
+def test_a_streamed_run_that_raises_ends_with_an_error_line_and_a_failed_row(settings, faulty_engine):
+    with TestClient(create_app(settings, engine=faulty_engine)) as client:
+        body = {"prompt": PROMPT, "method": "broken", "k": 2, "max_new_tokens": 30, "stream": True}
+        with client.stream("POST", "/generate", json=body) as response:
+            lines = [json.loads(line) for line in response.iter_lines() if line]
+    *blocks, last = lines
+    assert len(blocks) >= 2 and {b["event"] for b in blocks} == {"block"}  # it failed mid-run
+    assert last["event"] == "error" and last["status"] == "failed" and "injected" in last["error"]
+    assert count(settings, "runs", "status = 'failed' AND id = ?", (last["run_id"],)) == 1
+    assert count(settings, "token_events") == 0  # the blocks already streamed were not half-written
+
+
+def test_restart_with_an_existing_db_keeps_all_runs(settings):
+    run_ids = []
+    with TestClient(create_app(settings)) as client:
+        for method in ("verifier", "tiny"):
+            run_ids.append(
+                client.post(
+                    "/generate", json={"prompt": PROMPT, "method": method, "max_new_tokens": 6}
+                ).json()
+            )
+        first = [client.get(f"/runs/{r['run_id']}").json() for r in run_ids]
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/runs").json()["total"] == 2
+        assert [client.get(f"/runs/{r['run_id']}").json() for r in run_ids] == first
+        third = client.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 4}).json()
+        assert third["run_id"] > max(r["run_id"] for r in run_ids)
+
+
+class _SlowEngine(Engine):
+    """The real engine, paced at 50 ms per block so a client can leave mid-run."""
+
+    def stream(self, request):
+        for item in super().stream(request):
+            time.sleep(0.05)
+            yield item
+
+
+def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_run_and_a_healthy_server(
+    settings, tiny_pair_dir
+):
+    verifier_dir, drafter_dir = tiny_pair_dir
+    engine = _SlowEngine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu")
+    body = {"prompt": PROMPT, "method": "verifier", "max_new_tokens": 200, "stream": True}
+    with (
+        live_server(create_app(settings, engine=engine)) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        with http.stream("POST", "/generate", json=body) as response:
+            first = json.loads(next(response.iter_lines()))
+            assert first["event"] == "block"
+        # The client is gone after 1 of ~200 blocks; the worker stops at a block boundary.
+        deadline = time.time() + 10
+        while count(settings, "runs") == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert count(settings, "runs", "status = 'cancelled'") == 1
+        assert count(settings, "token_events") == 0 and count(settings, "blocks") == 0
+        assert http.get("/health").json()["status"] == "ok"
+        ok = http.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 3})
+        assert ok.status_code == 200 and count(settings, "runs", "status = 'succeeded'") == 1
+
+
+def test_settings_from_env_defaults_and_parsing(tmp_path):
+    s = Settings.from_env({"SD2_HOME": str(tmp_path), "SD2_DRAFTERS": "a=/x/a, b=/y/b", "SD2_PORT": "9000"})
+    assert s.host == "127.0.0.1" and s.port == 9000 and s.api_key is None
+    assert s.db_url == f"sqlite:///{tmp_path / 'sd2.db'}" and s.drafters == (("a", "/x/a"), ("b", "/y/b"))
+    assert Settings.from_env({"SD2_DATABASE_URL": "postgresql://u@h/db"}).db_url == "postgresql://u@h/db"
+    for bad in ("../x=/p", "noequals", "a="):
+        with pytest.raises(ValueError, match="SD2_DRAFTERS"):
+            Settings.from_env({"SD2_DRAFTERS": bad})

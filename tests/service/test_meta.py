@@ -1,0 +1,59 @@
+"""/health, /version, /drafters, the OpenAPI document, and the package boundary (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sd2 import __version__
+
+
+def test_health_version_drafters(client):
+    health = client.get("/health").json()
+    assert health == {
+        "status": "ok",
+        "models_loaded": True,
+        "verifier": health["verifier"],
+        "methods": ["verifier", "self", "tiny"],
+        "device": "cpu/float32",
+        "database": True,
+    }
+    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 1, "api": "1"}
+    (drafter,) = client.get("/drafters").json()
+    assert drafter == {
+        "name": "tiny",
+        "architecture": "LlamaForCausalLM",
+        "recipe": None,
+        "steering": False,
+        "n_params": drafter["n_params"],
+        "source": "config",
+    }
+    assert drafter["n_params"] > 10_000
+
+
+def test_openapi_documents_every_endpoint_with_examples(client):
+    spec = client.get("/openapi.json").json()
+    expected = {
+        ("post", "/generate"), ("post", "/compare"), ("get", "/runs"), ("get", "/runs/{run_id}"),
+        ("get", "/runs/{run_id}/export"), ("delete", "/runs/{run_id}"), ("get", "/stats"),
+        ("get", "/drafters"),
+        ("get", "/health"), ("get", "/version"), ("post", "/train"), ("get", "/train/{job_id}"),
+        ("get", "/train/{job_id}/stream"), ("post", "/train/{job_id}/cancel"),
+    }  # fmt: skip
+    assert {(m, p) for p, ops in spec["paths"].items() for m in ops} == expected
+    schemas = spec["components"]["schemas"]
+    assert (
+        schemas["GenerateIn"]["examples"]
+        and schemas["TrainIn"]["examples"]
+        and schemas["CompareIn"]["examples"]
+    )
+
+
+def test_importing_sd2_loads_no_web_or_db_framework():
+    code = (
+        "import sd2, sd2.engine, sd2.decoding, sys; "
+        "web = {'fastapi', 'starlette', 'gradio', 'sqlalchemy'}; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in web); "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
