@@ -1,0 +1,174 @@
+"""`sd2 data ...`: build the held-out prompt sets, answer training prompts with the verifier, pack shards.
+
+`sd2/cli.py` calls `add_data_parser(sub)`; each subcommand's function takes the parsed args and
+returns an exit code. Heavy imports happen inside the functions, so `sd2 --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("sharegpt", "pydocs")
+
+
+def add_data_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `data synth`, `data prompt-sets` and `data shards` under the `sd2` parser."""
+    data = sub.add_parser("data", help="prompt sets, synthetic data, tokenised shards")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    _add_synth(data_sub)
+    _add_prompt_sets(data_sub)
+    _add_shards(data_sub)
+
+
+def _add_synth(sub: argparse._SubParsersAction) -> None:
+    from sd2.data.synth import SynthConfig
+
+    d = SynthConfig()
+    p = sub.add_parser("synth", help="the verifier answers training prompts (resumable JSONL)")
+    p.add_argument("--source", choices=SOURCES, default="sharegpt", help="prompt corpus (first user turns)")
+    p.add_argument("--split", choices=("train", "validation"), default="train", help="never the test split")
+    p.add_argument("--limit", type=int, default=None, help="answer at most this many prompts (the first N)")
+    p.add_argument("--out", type=Path, default=None, help="JSONL (default: SD2_HOME/data/synth/<name>.jsonl)")
+    p.add_argument(
+        "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens)
+    p.add_argument(
+        "--temperature", type=float, default=d.temperature, help="0 = greedy; top_p=1, top_k=0 always"
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 is far faster on a CPU shared with other jobs)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=synth_main)
+
+
+def _add_prompt_sets(sub: argparse._SubParsersAction) -> None:
+    from sd2.data.prompt_sets import DEFAULT_ROOT, PROMPT_SETS, PromptSetConfig
+
+    d = PromptSetConfig()
+    p = sub.add_parser("prompt-sets", help="(re)build the held-out evaluation prompt sets in assets/prompts")
+    p.add_argument("--out", type=Path, default=DEFAULT_ROOT, help="folder for the JSONL files and README")
+    p.add_argument("--count", type=int, default=d.count, help="prompts per set")
+    p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens)
+    p.add_argument("--set", dest="sets", action="append", choices=PROMPT_SETS, help="only these sets")
+    p.add_argument("--verifier", default=None, help="whose tokenizer counts tokens (default: embedded)")
+    p.set_defaults(func=prompt_sets_main)
+
+
+def _add_shards(sub: argparse._SubParsersAction) -> None:
+    from sd2.data.shards import ShardConfig
+
+    d = ShardConfig()
+    p = sub.add_parser("shards", help="pack a synth JSONL into cached token shards; prints the folder")
+    p.add_argument("synth_file", type=Path, help="output of `sd2 data synth`")
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--verifier", default=None, help="whose tokenizer the ids belong to (default: embedded)")
+    p.set_defaults(func=shards_main)
+
+
+def _tokenizer(verifier: str | None):
+    from sd2.models import load_tokenizer, resolve_model_path
+
+    return load_tokenizer(resolve_model_path(verifier))
+
+
+def synth_main(args: argparse.Namespace) -> int:
+    """`sd2 data synth`: answer the first user turns of a training split with the verifier."""
+    import torch
+
+    from sd2.data.synth import SynthConfig, run_synth, synth_prompts
+    from sd2.embedded import sd2_home
+    from sd2.engine import Engine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    config = SynthConfig(
+        args.max_new_tokens, args.temperature, args.batch_size, args.seed, args.max_prompt_tokens
+    )
+    engine = Engine.load(args.verifier, device=args.device)
+    prompts = synth_prompts(
+        _training_pool(args.source, args.split), engine.tokenizer, config.max_prompt_tokens
+    )
+    prompts = prompts[: args.limit] if args.limit is not None else prompts
+    verifier = engine.verifier_name.replace("/", "--")
+    name = f"{verifier}-{args.source}-{args.split}-T{config.temperature:g}-s{config.seed}"
+    out = args.out or sd2_home() / "data" / "synth" / f"{name}.jsonl"
+    meta = {"verifier": engine.verifier_name, "source": args.source, "split": args.split}
+    written = run_synth(
+        engine.verifier,
+        engine.tokenizer,
+        prompts,
+        out,
+        config,
+        engine.stop_ids,
+        meta=meta,
+        progress=not args.no_progress,
+    )
+    log.info("synth: wrote %d new rows to %s", written, out)
+    print(out)
+    return 0
+
+
+def _training_pool(source: str, split: str):
+    from sd2.data.pydocs import docs_paragraphs
+    from sd2.data.sharegpt import sharegpt_conversations
+    from sd2.data.split import default_split, select, train_only
+
+    conversations = sharegpt_conversations() if source == "sharegpt" else docs_paragraphs()
+    config = default_split(source)
+    return (
+        train_only(conversations, config) if split == "train" else list(select(conversations, split, config))
+    )
+
+
+def prompt_sets_main(args: argparse.Namespace) -> int:
+    """`sd2 data prompt-sets`: rebuild assets/prompts/{chat,code,summarize}.jsonl and their README."""
+    from sd2.data.prompt_sets import PROMPT_SETS, PromptSetConfig, build_prompt_sets
+    from sd2.embedded import EMBEDDED_VERIFIER
+
+    config = PromptSetConfig(count=args.count, max_prompt_tokens=args.max_prompt_tokens)
+    built = build_prompt_sets(
+        _tokenizer(args.verifier),
+        args.out,
+        config,
+        args.verifier or EMBEDDED_VERIFIER,
+        names=args.sets or PROMPT_SETS,
+    )
+    for name, records in built.items():
+        print(f"{name}: {len(records)} prompts → {args.out / (name + '.jsonl')}")
+    return 0
+
+
+def shards_main(args: argparse.Namespace) -> int:
+    """`sd2 data shards FILE`: pack verifier answers into cached shards; print the folder."""
+    import hashlib
+
+    from sd2.data.examples import synth_examples
+    from sd2.data.shards import ShardConfig, cached_shards
+
+    if not args.synth_file.is_file():
+        raise FileNotFoundError(f"no synth file {args.synth_file}: run `sd2 data synth` first")
+    digest = hashlib.sha256(args.synth_file.read_bytes()).hexdigest()
+    source = {"kind": "synth", "file": args.synth_file.name, "sha256": digest}
+    folder = cached_shards(
+        args.synth_file.stem,
+        lambda: synth_examples(args.synth_file),
+        _tokenizer(args.verifier),
+        ShardConfig(seq_len=args.seq_len),
+        source,
+    )
+    print(folder)
+    return 0

@@ -1,0 +1,74 @@
+"""Ready-made shard folders for training: verifier answers (synth), ShareGPT replies, Python-docs text.
+
+Each returns a cached shard folder (`shards.cached_shards`) whose name and hash record the source,
+split and seed, so a trainer asks for data by meaning and never rebuilds what is already on disk.
+Held-out data stay out: ShareGPT training text goes through `split.train_only`, docs through the
+document-level split, and HumanEval is never offered for training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from sd2.data.examples import conversation_examples, synth_examples, text_examples
+from sd2.data.pydocs import SOURCES, docs_documents, docs_version
+from sd2.data.shards import DEFAULT_CONFIG, ShardConfig, cached_shards
+from sd2.data.sharegpt import sharegpt_conversations
+from sd2.data.split import DOCS_SPLIT, Split, select, split_of, train_only
+
+
+def synth_shards(
+    path: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    config: ShardConfig = DEFAULT_CONFIG,
+    home: Path | None = None,
+) -> Path:
+    """Shards of a `sd2 data synth` file, keyed by the file's content hash."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no synth file {path}: run `sd2 data synth` first")
+    source = {"kind": "synth", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return cached_shards(path.stem, lambda: synth_examples(path), tokenizer, config, source, home)
+
+
+def sharegpt_reply_shards(
+    split: Split,
+    tokenizer: PreTrainedTokenizerBase,
+    config: ShardConfig = DEFAULT_CONFIG,
+    home: Path | None = None,
+) -> Path:
+    """Teacher-forced ShareGPT: first user turn → the recorded first reply (corpus text, not the verifier)."""
+
+    def examples():
+        convs = sharegpt_conversations()
+        pool = train_only(convs) if split == "train" else select(convs, split)
+        return conversation_examples(pool, tokenizer)
+
+    source = {"kind": "sharegpt-replies", "split": split, "split_config": "CHAT_SPLIT"}
+    return cached_shards(f"sharegpt-replies-{split}", examples, tokenizer, config, source, home)
+
+
+def docs_text_shards(
+    split: Split,
+    tokenizer: PreTrainedTokenizerBase,
+    config: ShardConfig = DEFAULT_CONFIG,
+    home: Path | None = None,
+    root: Path = SOURCES,
+) -> Path:
+    """Python-docs prose for plain next-token pretraining, windows of `seq_len` tokens, loss everywhere."""
+
+    def examples():
+        docs = ((doc, text) for doc, text in docs_documents(root) if split_of(doc, DOCS_SPLIT) == split)
+        return text_examples(docs, tokenizer, window=config.seq_len)
+
+    source = {
+        "kind": "pydocs-text",
+        "split": split,
+        "seed": DOCS_SPLIT.seed,
+        "test": DOCS_SPLIT.test,
+        "version": docs_version() if root == SOURCES else str(root),
+    }
+    return cached_shards(f"pydocs-text-{split}", examples, tokenizer, config, source, home)

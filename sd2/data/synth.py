@@ -1,0 +1,208 @@
+"""Synthetic training data: the verifier answers prompts, so the drafter learns the verifier's own outputs.
+
+Batched HF `generate` with left padding. Sampling is pure: temperature as given, top_p = 1 and
+top_k = 0 set explicitly (the paper inherited the model's top_p/top_k, so its "T = 1" data were not).
+Resumable: each batch is appended to a JSONL file in one write and fsynced; a rerun skips ids already
+there. Deterministic: batch b is always prompts[b·B:(b+1)·B] sampled under a seed derived from
+(seed, its ids), so an interrupted-and-resumed run writes exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from sd2.data.atomic import write_text
+from sd2.data.records import Conversation
+from sd2.prompts import encode_prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """How the verifier answers. Recorded next to the output; a resume must use the same values."""
+
+    max_new_tokens: int = 256  # response budget; rows that hit it are marked finish_reason "length"
+    temperature: float = 1.0  # 1 = the verifier's own distribution (the paper's choice); 0 = greedy
+    batch_size: int = 16  # rows per generate call; larger is faster on a GPU, costs padding on CPU
+    seed: int = 0  # with the prompt ids, fixes every sample
+    max_prompt_tokens: int = 256  # longer prompts are skipped, never truncated (a left-cut loses the header)
+
+
+@dataclass(frozen=True)
+class SynthPrompt:
+    """A prompt to answer: the conversation id and its chat-templated ids (with the assistant header)."""
+
+    id: str
+    prompt_ids: tuple[int, ...]
+
+
+def synth_prompts(
+    conversations: Iterable[Conversation], tokenizer: PreTrainedTokenizerBase, max_prompt_tokens: int
+) -> list[SynthPrompt]:
+    """The opening user turn of each conversation, chat-templated; too-long prompts are skipped."""
+    prompts, skipped = [], 0
+    for conv in conversations:
+        text = conv.first_user_turn()
+        if text is None:
+            continue
+        ids = encode_prompt(tokenizer, messages=[{"role": "user", "content": text}])
+        if len(ids) > max_prompt_tokens:
+            skipped += 1
+            continue
+        prompts.append(SynthPrompt(conv.id, tuple(ids)))
+    log.info(
+        "synth: %d prompts, %d skipped as longer than %d tokens", len(prompts), skipped, max_prompt_tokens
+    )
+    return prompts
+
+
+def generation_config(config: SynthConfig, stop_ids: Sequence[int], pad_id: int) -> GenerationConfig:
+    """Every logits processor set explicitly to its neutral value, so nothing is inherited from the model."""
+    sampling = config.temperature > 0
+    return GenerationConfig(
+        do_sample=sampling,
+        temperature=config.temperature if sampling else 1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        max_new_tokens=config.max_new_tokens,
+        min_new_tokens=0,
+        eos_token_id=list(stop_ids),
+        pad_token_id=pad_id,
+        num_beams=1,
+    )
+
+
+def batch_seed(seed: int, ids: Sequence[str]) -> int:
+    return int.from_bytes(hashlib.sha256(json.dumps([seed, *ids]).encode()).digest()[:8], "big") % 2**63
+
+
+def generate_batch(
+    model: nn.Module, prompts: Sequence[SynthPrompt], gen_config: GenerationConfig, seed: int
+) -> list[list[int]]:
+    """Answer a batch (left-padded); each answer cut after its first stop token."""
+    device = next(model.parameters()).device
+    width = max(len(p.prompt_ids) for p in prompts)
+    pad_id = gen_config.pad_token_id
+    input_ids = torch.tensor(
+        [[pad_id] * (width - len(p.prompt_ids)) + list(p.prompt_ids) for p in prompts], device=device
+    )  # [B, T]
+    attention_mask = torch.tensor(
+        [[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids) for p in prompts], device=device
+    )  # [B, T]
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():  # seed locally, leave global RNG alone
+        torch.manual_seed(batch_seed(seed, [p.id for p in prompts]))
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_config)
+    new_tokens = out[:, width:].tolist()  # [B, ≤ max_new_tokens]
+    stops = set(gen_config.eos_token_id)
+    return [_cut_at_stop(row, stops) for row in new_tokens]
+
+
+def _cut_at_stop(tokens: list[int], stops: set[int]) -> list[int]:
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[: i + 1]
+    return tokens
+
+
+def done_ids(path: Path) -> set[str]:
+    """Ids already answered in `path`; a torn last line (crash mid-write) is cut off the file first."""
+    if not path.is_file():
+        return set()
+    data = path.read_bytes()
+    good = data.rfind(b"\n") + 1
+    if good < len(data):
+        log.warning("synth: dropping a torn last line (%d bytes) from %s", len(data) - good, path)
+        with open(path, "rb+") as handle:
+            handle.truncate(good)
+    return {json.loads(line)["id"] for line in data[:good].decode("utf-8").splitlines() if line.strip()}
+
+
+def check_meta(out: Path, meta: dict) -> None:
+    """Write the run's settings next to the output, or refuse to resume a run made with other settings."""
+    meta_path = out.with_name(out.name + ".meta.json")
+    if meta_path.is_file():
+        previous = json.loads(meta_path.read_text())
+        if previous != meta:
+            changed = sorted(k for k in meta.keys() | previous.keys() if meta.get(k) != previous.get(k))
+            raise ValueError(
+                f"{out} was generated with other settings ({', '.join(changed)} differ): "
+                "use a new --out file or the same settings"
+            )
+        return
+    write_text(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def run_synth(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[SynthPrompt],
+    out: Path,
+    config: SynthConfig,
+    stop_ids: Iterable[int],
+    meta: dict | None = None,
+    max_batches: int | None = None,
+    progress: bool = True,
+) -> int:
+    """Answer every prompt not yet in `out`, appending one batch at a time; return rows written now."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check_meta(out, {**asdict(config), **(meta or {})})
+    done = done_ids(out)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    gen_config = generation_config(config, sorted(stop_ids), pad_id)
+    batches = [prompts[i : i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
+    pending = [b for b in batches if any(p.id not in done for p in b)]
+    written = 0
+    bar = tqdm(
+        total=len(prompts),
+        initial=len(prompts) - sum(len(b) for b in pending),
+        disable=not progress,
+        desc="synth",
+        unit="prompt",
+    )
+    with bar, open(out, "a", encoding="utf-8") as sink:
+        for batch in pending[:max_batches]:
+            # 1. answer the whole batch (its composition fixes the samples), 2. append the new rows, 3. fsync
+            answers = generate_batch(model, batch, gen_config, config.seed)
+            rows = [
+                _row(p, a, gen_config, tokenizer)
+                for p, a in zip(batch, answers, strict=True)
+                if p.id not in done
+            ]
+            sink.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            sink.flush()
+            os.fsync(sink.fileno())
+            written += len(rows)
+            bar.update(len(batch))
+    return written
+
+
+def _row(
+    prompt: SynthPrompt, answer: list[int], gen_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase
+) -> dict:
+    stopped = bool(answer) and answer[-1] in set(gen_config.eos_token_id)
+    return {
+        "id": prompt.id,
+        "prompt_ids": list(prompt.prompt_ids),
+        "response_ids": answer,
+        "finish_reason": "stop" if stopped else "length",
+        "response": tokenizer.decode(answer, skip_special_tokens=True),
+    }

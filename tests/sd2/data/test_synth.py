@@ -1,0 +1,141 @@
+import json
+
+import pytest
+import torch
+
+from sd2.data.records import Conversation, Provenance
+from sd2.data.synth import SynthConfig, done_ids, generation_config, run_synth, synth_prompts
+from tests.tiny import tiny_llama, tiny_tokenizer
+
+PROV = Provenance("t", "t", "0", "f")
+STOP = [2]  # <|im_end|> in the tiny tokenizer
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_llama(), tiny_tokenizer()
+
+
+def prompts(tokenizer, n=5):
+    convs = [
+        Conversation(f"c{i}", ({"role": "user", "content": f"Tell me a story about cat {i}"},), PROV)
+        for i in range(n)
+    ]
+    return synth_prompts(convs, tokenizer, max_prompt_tokens=256)
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_interrupted_run_resumes_without_duplicates_and_matches_a_full_run(pair, tmp_path):
+    model, tokenizer = pair
+    config = SynthConfig(max_new_tokens=8, temperature=1.0, batch_size=2, seed=3)
+    todo = prompts(tokenizer)
+    out = tmp_path / "resumed.jsonl"
+    assert (
+        run_synth(model, tokenizer, todo, out, config, STOP, max_batches=1, progress=False) == 2
+    )  # "interrupt"
+    assert [r["id"] for r in rows(out)] == ["c0", "c1"]
+    assert run_synth(model, tokenizer, todo, out, config, STOP, progress=False) == 3
+    assert run_synth(model, tokenizer, todo, out, config, STOP, progress=False) == 0  # nothing left
+    resumed = rows(out)
+    assert [r["id"] for r in resumed] == [f"c{i}" for i in range(5)]
+    full = tmp_path / "full.jsonl"
+    run_synth(model, tokenizer, todo, full, config, STOP, progress=False)
+    assert rows(full) == resumed  # resuming changes nothing: samples depend on (seed, batch ids) only
+    other = tmp_path / "other-seed.jsonl"
+    run_synth(model, tokenizer, todo, other, SynthConfig(8, 1.0, 2, seed=4), STOP, progress=False)
+    assert [r["response_ids"] for r in rows(other)] != [r["response_ids"] for r in resumed]
+    for row, prompt in zip(resumed, todo, strict=True):
+        assert row["prompt_ids"] == list(prompt.prompt_ids)
+        assert 0 < len(row["response_ids"]) <= 8
+        assert (row["finish_reason"] == "stop") == (row["response_ids"][-1] in STOP)
+        assert all(t not in STOP for t in row["response_ids"][:-1])  # cut right after the first stop
+
+
+def test_greedy_rows_match_unbatched_greedy(pair, tmp_path):
+    model, tokenizer = pair
+    todo = prompts(tokenizer, n=3)
+    out = tmp_path / "greedy.jsonl"
+    run_synth(
+        model,
+        tokenizer,
+        todo,
+        out,
+        SynthConfig(max_new_tokens=6, temperature=0.0, batch_size=3),
+        STOP,
+        progress=False,
+    )
+    for row, prompt in zip(rows(out), todo, strict=True):
+        ids = torch.tensor([prompt.prompt_ids])
+        single = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=6,
+            eos_token_id=STOP,
+            pad_token_id=2,
+        )[0, ids.shape[1] :].tolist()
+        assert row["response_ids"] == single[: len(row["response_ids"])]  # left padding changes nothing
+
+
+def test_torn_last_line_is_dropped_and_regenerated(pair, tmp_path):
+    model, tokenizer = pair
+    config = SynthConfig(max_new_tokens=4, batch_size=2)
+    out = tmp_path / "torn.jsonl"
+    run_synth(model, tokenizer, prompts(tokenizer, 2), out, config, STOP, progress=False)
+    out.write_text(out.read_text() + '{"id": "c9", "prompt')  # a crash mid-write
+    assert done_ids(out) == {"c0", "c1"}
+    assert out.read_text().endswith("\n")
+
+
+def test_resume_with_other_settings_is_refused(pair, tmp_path):
+    model, tokenizer = pair
+    out = tmp_path / "meta.jsonl"
+    run_synth(
+        model, tokenizer, prompts(tokenizer, 2), out, SynthConfig(max_new_tokens=4), STOP, progress=False
+    )
+    with pytest.raises(ValueError, match="temperature"):
+        run_synth(
+            model,
+            tokenizer,
+            prompts(tokenizer, 2),
+            out,
+            SynthConfig(max_new_tokens=4, temperature=0.5),
+            STOP,
+            progress=False,
+        )
+
+
+def test_sampling_ignores_the_models_own_top_p_top_k(pair):
+    model, _ = pair
+    model.generation_config.update(top_k=5, top_p=0.5, repetition_penalty=1.5, do_sample=True)
+    try:
+        merged, _ = model._prepare_generation_config(generation_config(SynthConfig(), STOP, 2))
+        processors = model._get_logits_processor(
+            generation_config=merged,
+            input_ids_seq_length=4,
+            encoder_input_ids=None,
+            prefix_allowed_tokens_fn=None,
+            logits_processor=None,
+            device="cpu",
+        )
+    finally:
+        model.generation_config.update(top_k=50, top_p=1.0, repetition_penalty=1.0, do_sample=False)
+    assert (merged.top_k, merged.top_p, merged.repetition_penalty) == (0, 1.0, 1.0)
+    scores = torch.randn(2, 320)  # [B, V]
+    input_ids = torch.randint(3, 320, (2, 4))  # [B, T]
+    assert torch.equal(processors(input_ids, scores.clone()), scores)  # pure T = 1: logits untouched
+
+
+def test_too_long_prompts_are_skipped_not_truncated(pair):
+    _, tokenizer = pair
+    convs = [
+        Conversation("short", ({"role": "user", "content": "hi"},), PROV),
+        Conversation("long", ({"role": "user", "content": "cat " * 200},), PROV),
+        Conversation("bot-first", ({"role": "assistant", "content": "hello"},), PROV),
+    ]
+    kept = synth_prompts(convs, tokenizer, max_prompt_tokens=32)
+    assert [p.id for p in kept] == ["short"]
+    assert tokenizer.decode(kept[0].prompt_ids).endswith("<|im_start|>assistant\n")
