@@ -1,0 +1,69 @@
+"""`sd2 train pretrain|distill|sd2` and `sd2 import-official`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="train drafters: pretrain, distill, sd2")
+    objectives = train.add_subparsers(dest="objective", required=True)
+    pretrain = objectives.add_parser("pretrain", help="a new small drafter, next-token loss on text")
+    pretrain.add_argument("--layers", type=int, default=4)
+    pretrain.add_argument("--hidden", type=int, default=256)
+    pretrain.add_argument("--ffn", type=int, default=1024)
+    pretrain.add_argument(
+        "--data", default="pydocs,sharegpt", help="comma-separated: pydocs, sharegpt, synth:PATH"
+    )
+    distill = objectives.add_parser("distill", help="forward KL(verifier ‖ drafter) on responses")
+    sd2 = objectives.add_parser("sd2", help="distill with the SD² steering head trained jointly")
+    sd2.add_argument("--freeze-drafter", action="store_true", help="ablation: train only the steering head")
+    for parser in (distill, sd2):
+        parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
+        parser.add_argument(
+            "--data", default="sharegpt", help="comma-separated: sharegpt, synth:PATH, pydocs"
+        )
+    for parser in (pretrain, distill, sd2):
+        _common(parser)
+        parser.set_defaults(func=_train)
+    imp = sub.add_parser(
+        "import-official", help="convert an ETH-DISCO/SD-square checkpoint into a drafter folder"
+    )
+    imp.add_argument("path", help="folder with the official config.json + pytorch_model.bin")
+    imp.add_argument("--out", required=True)
+    imp.add_argument("--drafter-config", default=None, help="hub id or folder of the base drafter's config")
+    imp.set_defaults(func=_import_official)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="checkpoint folder (re-running resumes it)")
+    parser.add_argument("--verifier", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-steps", type=int, default=50)
+    parser.add_argument("--k", type=int, default=8, help="δ range for sd2 and the k used to measure τ")
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--save-every", type=int, default=200)
+    parser.add_argument("--eval-prompts", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (1 is fastest on a busy box)"
+    )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from sd2.train.run import run_training
+
+    run_training(args)
+    return 0
+
+
+def _import_official(args: argparse.Namespace) -> int:
+    from sd2.official import convert_official
+
+    print(convert_official(Path(args.path), Path(args.out), args.drafter_config))
+    return 0

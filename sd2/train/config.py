@@ -1,0 +1,56 @@
+"""Training settings: one frozen dataclass, validated at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+OBJECTIVES = ("pretrain", "distill", "sd2")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. Defaults follow the paper's recipe scaled to a small CPU-trainable drafter."""
+
+    objective: str  # pretrain | distill | sd2
+    out_dir: str  # the checkpoint folder this run writes (and resumes from)
+    steps: int = 1000  # optimiser steps
+    batch_size: int = 8  # sequences per micro-batch
+    grad_accum: int = 1  # micro-batches per optimiser step
+    lr: float = 3e-4  # peak learning rate (small drafters tolerate more than the paper's 1e-5 on 8B pairs)
+    min_lr_ratio: float = 0.1  # cosine floor as a fraction of lr (paper: 1e-6 / 1e-5)
+    warmup_steps: int = 50  # linear warmup, then cosine — never both at once (the official bug)
+    weight_decay: float = 0.01  # AdamW's torch default, as in the paper
+    clip_norm: float = 0.5  # gradient clipping, as in the paper
+    k: int = 8  # offsets δ are drawn from 1..k, matching the draft length used at inference
+    freeze_drafter: bool = False  # sd2 ablation: train only the steering head
+    eval_every: int = 200  # steps between validations (0 = only at the end)
+    save_every: int = 200  # steps between checkpoints (0 = only at the end)
+    eval_batches: int = 4  # validation batches for KL / agreement
+    eval_prompts: int = 4  # held-out prompts decoded by the engine to measure τ
+    eval_max_new_tokens: int = 48
+    seed: int = 0  # seeds data order, δ draws and init
+    threads: int = 0  # torch CPU threads (0 = torch's default)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.objective in OBJECTIVES, "objective", f"must be one of {OBJECTIVES}", self.objective),
+            (self.steps >= 1, "steps", "must be ≥ 1", self.steps),
+            (self.batch_size >= 1, "batch_size", "must be ≥ 1", self.batch_size),
+            (self.grad_accum >= 1, "grad_accum", "must be ≥ 1", self.grad_accum),
+            (self.lr > 0, "lr", "must be > 0", self.lr),
+            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio),
+            (self.warmup_steps >= 0, "warmup_steps", "must be ≥ 0", self.warmup_steps),
+            (1 <= self.k <= 64, "k", "must be in 1..64", self.k),
+            (
+                not self.freeze_drafter or self.objective == "sd2",
+                "freeze_drafter",
+                "only applies to sd2",
+                True,
+            ),
+        ]
+        for ok, field, rule, value in checks:
+            if not ok:
+                raise ValueError(f"{field} {rule}, got {value!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

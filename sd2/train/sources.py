@@ -1,0 +1,56 @@
+"""Training data by name: `pydocs`, `sharegpt` (recorded replies), `synth:PATH` (verifier answers)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from sd2.data.batches import ShardSet
+from sd2.data.datasets import docs_text_shards, sharegpt_reply_shards, synth_shards
+from sd2.data.shards import DEFAULT_CONFIG, ShardConfig
+from sd2.train.trainer import TrainData
+from sd2.train.validation import held_out_prompts
+
+
+def shard_folder(name: str, split: str, tokenizer, config: ShardConfig) -> Path:
+    """The cached shard folder of one named source (built on first use)."""
+    if name == "pydocs":
+        return docs_text_shards(split, tokenizer, config)
+    if name == "sharegpt":
+        return sharegpt_reply_shards(split, tokenizer, config)
+    if name.startswith("synth:"):
+        if split != "train":
+            raise ValueError("synth data has no validation split; validate on sharegpt")
+        return synth_shards(Path(name.removeprefix("synth:")), tokenizer, config)
+    raise ValueError(f"data source {name!r} is not one of pydocs, sharegpt, synth:PATH")
+
+
+def concatenate(sets: Sequence[ShardSet]) -> ShardSet:
+    """One ShardSet holding the rows of several (same seq_len), in order."""
+    if len(sets) == 1:
+        return sets[0]
+    combined = object.__new__(ShardSet)
+    combined.folder, combined.manifest = sets[0].folder, {"parts": [s.manifest for s in sets]}
+    combined.input_ids = torch.cat([s.input_ids for s in sets])
+    combined.loss_mask = torch.cat([s.loss_mask for s in sets])
+    combined.lengths = torch.cat([s.lengths for s in sets])
+    combined.ids = tuple(i for s in sets for i in s.ids)
+    return combined
+
+
+def training_data(
+    names: Sequence[str], tokenizer, eval_prompts: int, seq_len: int = DEFAULT_CONFIG.seq_len
+) -> TrainData:
+    """Train rows from the named sources; validation rows and τ prompts from held-out ShareGPT."""
+    config = ShardConfig(seq_len=seq_len)
+    train = concatenate([ShardSet(shard_folder(n, "train", tokenizer, config)) for n in names])
+    validation = ShardSet(shard_folder("sharegpt", "validation", tokenizer, config))
+    description = {
+        "sources": list(names),
+        "train_rows": len(train),
+        "validation": "sharegpt validation split (first replies)",
+        "seq_len": seq_len,
+    }
+    return TrainData(train, validation, held_out_prompts(validation, eval_prompts), description)

@@ -1,0 +1,288 @@
+"""The training loop shared by the three recipes, on accelerate (CPU, one GPU, or `accelerate launch`)."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+from tqdm.auto import tqdm
+
+from sd2.data.batches import Batch, ShardSet, batches
+from sd2.steering import SteeringHead
+from sd2.train.checkpoint import load_trainer_state, save_checkpoint, verify_checkpoint
+from sd2.train.config import TrainConfig
+from sd2.train.objectives import StepOutput, distill_step, pretrain_step
+from sd2.train.schedule import warmup_cosine
+from sd2.train.validation import measure_tau
+
+log = logging.getLogger(__name__)
+
+
+class TrainCallback:
+    """Hooks for observers (the service records metric points through these). All optional."""
+
+    def on_metric(self, step: int, name: str, value: float) -> None: ...
+
+    def should_stop(self) -> bool:
+        return False
+
+
+@dataclass
+class TrainData:
+    """Where the examples come from; `description` goes into the checkpoint card."""
+
+    train: ShardSet
+    validation: ShardSet | None = None
+    eval_prompts: list[list[int]] = field(default_factory=list)  # held-out prompt ids for τ
+    description: dict = field(default_factory=dict)
+
+
+class _Recipe(nn.Module):
+    """Drafter (+ head) as one module for accelerate; the frozen verifier is held outside its parameters."""
+
+    def __init__(self, config: TrainConfig, drafter: nn.Module, head: SteeringHead | None, verifier):
+        super().__init__()
+        self.config, self.drafter, self.head = config, drafter, head
+        self._verifier = [verifier]  # a list keeps it out of .parameters() and state_dict()
+
+    @property
+    def verifier(self) -> nn.Module | None:
+        return self._verifier[0]
+
+    def forward(self, batch: Batch, generator: torch.Generator | None) -> StepOutput:
+        if self.config.objective == "pretrain":
+            return pretrain_step(self.drafter, batch)
+        return distill_step(self.drafter, self.verifier, batch, self.head, self.config.k, generator)
+
+    def trainable(self) -> list[nn.Parameter]:
+        params = [] if self.config.freeze_drafter else list(self.drafter.parameters())
+        return params + (list(self.head.parameters()) if self.head is not None else [])
+
+
+class Trainer:
+    """Runs one TrainConfig to completion (or cancellation), checkpointing and resuming from out_dir."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        drafter: nn.Module,
+        verifier: nn.Module | None,
+        data: TrainData,
+        head: SteeringHead | None = None,
+        tokenizer=None,
+        stop_ids: frozenset[int] = frozenset(),
+        callbacks: Sequence[TrainCallback] = (),
+        card: dict | None = None,
+    ):
+        if config.objective != "pretrain" and verifier is None:
+            raise ValueError(f"objective {config.objective} needs the verifier")
+        if config.objective == "sd2" and head is None:
+            raise ValueError("objective sd2 needs a steering head")
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config, self.data, self.tokenizer, self.stop_ids = config, data, tokenizer, stop_ids
+        self.callbacks, self.card = list(callbacks), dict(card or {})
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=_precision())
+        torch.manual_seed(config.seed)
+        self.recipe = _Recipe(config, drafter, head if config.objective == "sd2" else None, verifier)
+        if verifier is not None:
+            verifier.requires_grad_(False).eval().to(self.accelerator.device)
+        if config.freeze_drafter:
+            drafter.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.recipe.trainable(), lr=config.lr, weight_decay=config.weight_decay
+        )
+        self.scheduler = warmup_cosine(self.optimizer, config.warmup_steps, config.steps, config.min_lr_ratio)
+        self.recipe, self.optimizer, self.scheduler = self.accelerator.prepare(
+            self.recipe, self.optimizer, self.scheduler
+        )
+        self.generator = torch.Generator(device=self.accelerator.device).manual_seed(config.seed)
+        self.step, self.epoch, self.batch_index, self.tokens_seen, self.wall_s = 0, 0, 0, 0, 0.0
+        self.history: list[dict] = []
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> Path:
+        """Train until `steps` (resuming if out_dir holds a checkpoint of this run); returns out_dir."""
+        self._resume()
+        cfg = self.config
+        progress = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.objective}", unit="step")
+        data = self._batches()
+        cancelled = False
+        while self.step < cfg.steps and not cancelled:
+            start = time.perf_counter()
+            metrics = self._optimizer_step(data)
+            self.wall_s += time.perf_counter() - start
+            self.step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{metrics['loss']:.3f}")
+            self._emit(metrics | {"lr": self.scheduler.get_last_lr()[0], "tokens_seen": self.tokens_seen})
+            cancelled = any(cb.should_stop() for cb in self.callbacks)
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                self._emit(self.validate())
+            if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.steps:
+                self.save()
+        progress.close()
+        final = self.validate()
+        self._emit(final)
+        return self.save(final_metrics=final, cancelled=cancelled)
+
+    def _optimizer_step(self, data: Iterator[Batch]) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for _ in range(self.config.grad_accum):
+            batch = _to_device(next(data), self.accelerator.device)
+            with self.accelerator.autocast():
+                out = self.recipe(batch, self.generator)
+            self.accelerator.backward(out.loss / self.config.grad_accum)
+            self.tokens_seen += int(out.metrics["tokens"])
+            for name, value in out.metrics.items():
+                totals[name] = totals.get(name, 0.0) + value / self.config.grad_accum
+        self.accelerator.clip_grad_norm_(self._unwrapped().trainable(), self.config.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return totals
+
+    def _batches(self) -> Iterator[Batch]:
+        """Endless seeded epochs from the saved position, so a resumed run sees the same batches."""
+        while True:
+            for batch in batches(
+                self.data.train,
+                self.config.batch_size,
+                self.config.seed,
+                self.epoch,
+                start=self.batch_index,
+                trim=True,
+            ):
+                self.batch_index += 1
+                yield batch
+            if self.batch_index == 0:
+                raise ValueError(
+                    f"the training data has fewer rows ({len(self.data.train)}) than batch_size "
+                    f"{self.config.batch_size}"
+                )
+            self.epoch, self.batch_index = self.epoch + 1, 0
+
+    def _emit(self, metrics: dict[str, float]) -> None:
+        self.history.append({"step": self.step, **metrics})
+        for callback in self.callbacks:
+            for name, value in metrics.items():
+                if value is not None:
+                    callback.on_metric(self.step, name, float(value))
+
+    # --- validation --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Held-out loss (and agreement) plus τ measured by decoding held-out prompts with the engine."""
+        recipe = self._unwrapped()
+        recipe.eval()
+        results: dict[str, float] = {}
+        if self.data.validation is not None and len(self.data.validation) >= self.config.batch_size:
+            sums: dict[str, float] = {}
+            val = batches(self.data.validation, self.config.batch_size, seed=12345, trim=True)
+            for count, batch in enumerate(val, start=1):
+                out = recipe(
+                    _to_device(batch, self.accelerator.device),
+                    torch.Generator(device=self.accelerator.device).manual_seed(count),
+                )
+                for name, value in out.metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                if count == self.config.eval_batches:
+                    break
+            results = {f"val_{n}": v / count for n, v in sums.items() if n != "tokens"}
+        if recipe.verifier is not None and self.data.eval_prompts:
+            tau = measure_tau(
+                recipe.verifier,
+                recipe.drafter,
+                recipe.head,
+                self.data.eval_prompts,
+                self.config.k,
+                self.config.eval_max_new_tokens,
+                self.stop_ids,
+            )
+            results["val_tau"] = tau
+        recipe.train()
+        return results
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def save(self, final_metrics: dict | None = None, cancelled: bool = False) -> Path:
+        recipe = self._unwrapped()
+        state = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.batch_index,
+            "tokens_seen": self.tokens_seen,
+            "wall_s": self.wall_s,
+            "history": self.history,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "config": self.config.to_dict(),
+        }
+        card = {
+            **self.card,
+            "recipe": self.config.to_dict(),
+            "data": self.data.description,
+            "steps": self.step,
+            "tokens_seen": self.tokens_seen,
+            "wall_time_s": round(self.wall_s, 1),
+            "machine": _machine(),
+            "final_metrics": final_metrics,
+            "cancelled": cancelled,
+            "steering": recipe.head is not None,
+        }
+        if self.accelerator.is_main_process:
+            save_checkpoint(self.config.out_dir, recipe.drafter, recipe.head, card, state, self.tokenizer)
+        return Path(self.config.out_dir)
+
+    def _resume(self) -> None:
+        """Continue a run from its own checkpoint (same config), bit-identically on CPU."""
+        out = Path(self.config.out_dir)
+        if not out.exists():
+            return
+        verify_checkpoint(out)
+        state = load_trainer_state(out)
+        if state is None or state["config"] != self.config.to_dict():
+            raise ValueError(f"{out} holds a checkpoint of a different run; choose another out_dir")
+        from sd2.train.resume import load_weights
+
+        load_weights(self._unwrapped(), out)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step, self.epoch, self.batch_index = state["step"], state["epoch"], state["batch_index"]
+        self.tokens_seen, self.wall_s, self.history = state["tokens_seen"], state["wall_s"], state["history"]
+        log.info("resumed %s at step %d", out, self.step)
+
+    def _unwrapped(self) -> _Recipe:
+        return self.accelerator.unwrap_model(self.recipe)
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    return Batch(
+        batch.input_ids.to(device), batch.attention_mask.to(device), batch.loss_mask.to(device), batch.ids
+    )
+
+
+def _precision() -> str:
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def _machine() -> str:
+    device = (
+        torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else f"CPU × {torch.get_num_threads()} threads"
+    )
+    return f"{platform.node() or 'host'} · {device} · torch {torch.__version__}"

@@ -1,0 +1,239 @@
+"""Training: each objective learns, δ alignment matches decoding, resume is exact, checkpoints are checked."""
+
+import json
+
+import pytest
+import torch
+
+from sd2.config import DecodeConfig
+from sd2.data.batches import ShardSet
+from sd2.data.examples import Example
+from sd2.data.shards import ShardConfig, build_shards
+from sd2.decoding import SpeculativeDecoder
+from sd2.official import convert_official
+from sd2.prompts import encode_prompt
+from sd2.steering import SteeringHead, captured_states, new_head_for, stack_features
+from sd2.train.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
+from sd2.train.config import TrainConfig
+from sd2.train.objectives import steered_logits
+from sd2.train.offsets import prompt_lengths, sample_anchors, trained_positions
+from sd2.train.trainer import TrainCallback, TrainData, Trainer
+from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tokenizer = tiny_tokenizer()
+    examples = []
+    for i in range(48):
+        prompt = encode_prompt(tokenizer, prompt=f"Question {i}: tell me something")
+        reply = tokenizer(CORPUS[i % len(CORPUS)], add_special_tokens=False)["input_ids"] + [2]
+        examples.append(Example(f"ex{i}", tuple(prompt), tuple(reply)))
+    folder = tmp_path_factory.mktemp("shards") / "tiny"
+    build_shards(
+        examples, folder, tokenizer, ShardConfig(seq_len=64, min_response_tokens=2), {"kind": "test"}
+    )
+    shards = ShardSet(folder)
+    return TrainData(
+        shards, shards, eval_prompts=[list(examples[0].prompt_ids)], description={"kind": "test"}
+    )
+
+
+def _verifier():
+    return tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
+
+
+def _drafter():
+    return tiny_llama(hidden=32, layers=2, ffn=64, seed=1)
+
+
+def _config(tmp_path, objective, **overrides):
+    values = dict(
+        objective=objective,
+        out_dir=str(tmp_path / objective),
+        steps=12,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=2,
+        eval_every=0,
+        save_every=0,
+        k=4,
+        eval_max_new_tokens=16,
+    )
+    return TrainConfig(**(values | overrides))
+
+
+def _losses(out_dir):
+    state = torch.load(out_dir / "trainer_state.pt", weights_only=False)
+    return [h["loss"] for h in state["history"] if "loss" in h]
+
+
+@pytest.mark.parametrize("objective", ["pretrain", "distill", "sd2"])
+def test_a_few_steps_lower_the_loss(tmp_path, data, objective):
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter) if objective == "sd2" else None
+    out = Trainer(_config(tmp_path, objective), drafter, verifier, data, head).run()
+    losses = _losses(out)
+    assert sum(losses[-3:]) / 3 < 0.9 * sum(losses[:3]) / 3
+    card = verify_checkpoint(out)
+    assert card["steps"] == 12 and card["tokens_seen"] > 0 and card["recipe"]["objective"] == objective
+    assert card["final_metrics"]["val_tau"] >= 1.0
+    assert (out / "steering.safetensors").exists() == (objective == "sd2")
+
+
+def test_sd2_moves_the_head_and_frozen_ablation_keeps_the_drafter(tmp_path, data):
+    verifier, drafter = _verifier(), _drafter()
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    head = new_head_for(verifier, drafter)
+    Trainer(_config(tmp_path, "sd2", freeze_drafter=True), drafter, verifier, data, head).run()
+    assert all(torch.equal(before[k], v) for k, v in drafter.state_dict().items())
+    assert torch.count_nonzero(head.w_s) > 0
+
+
+def test_sampled_offsets_stay_in_range_and_never_steer_the_prompt():
+    loss_mask = torch.zeros(3, 20, dtype=torch.bool)
+    loss_mask[0, 5:18] = True
+    loss_mask[1, 2:20] = True
+    loss_mask[2, 10:12] = True
+    anchors = sample_anchors(loss_mask, k=4, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(20).expand(3, 20)
+    steered = anchors >= 0
+    assert torch.equal(steered, trained_positions(loss_mask))
+    offsets = (positions - anchors)[steered]
+    assert offsets.min() >= 1 and offsets.max() <= 4
+    assert (anchors[steered] >= (prompt_lengths(loss_mask) - 1)[:, None].expand(3, 20)[steered]).all()
+    draws = sample_anchors(loss_mask.repeat(500, 1), k=4, generator=torch.Generator().manual_seed(1))
+    late = (torch.arange(20) - draws)[:, 12][draws[:, 12] >= 0]  # far from the prompt: δ uniform on 1..4
+    assert set(late.tolist()) == {1, 2, 3, 4}
+
+
+def test_training_forward_equals_inference_drafts_at_matching_offsets():
+    """The teacher-forced steered forward used in training reproduces what the engine drafted when
+    each position is anchored δ = j back, as in block step j (also pinned in tests/sd2/test_alignment.py)."""
+    from tests.sd2.test_alignment import _anchors_from_trace, _judged_draft_probs
+
+    verifier, drafter = _verifier(), tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
+    head = new_head_for(verifier, drafter)
+    with torch.no_grad():
+        head.w_s.normal_(0, 0.05)
+    prompt = [1, 40, 17, 99, 3]
+    blocks = list(
+        SpeculativeDecoder(verifier, drafter, head, DecodeConfig(k=4, max_new_tokens=30), frozenset()).run(
+            prompt
+        )
+    )
+    tokens = prompt + [t.token_id for b in blocks for t in b.emitted]
+    anchors = _anchors_from_trace(blocks, len(prompt), len(tokens))
+    ids = torch.tensor([tokens])
+    with torch.no_grad(), captured_states(verifier, head.config.verifier_layers) as states:
+        verifier(ids)
+    features = stack_features(states, head.config.verifier_layers)
+    with torch.no_grad():
+        probs = torch.softmax(steered_logits(drafter, head, ids, features, anchors[None])[0], dim=-1)
+    recorded, recomputed = _judged_draft_probs(blocks, len(prompt), probs)
+    assert torch.allclose(recorded, recomputed, atol=1e-5)
+
+
+class _StopAfter(TrainCallback):
+    def __init__(self, step: int):
+        self.step, self.seen = step, 0
+
+    def on_metric(self, step, name, value):
+        self.seen = step
+
+    def should_stop(self):
+        return self.seen >= self.step
+
+
+def test_resume_continues_bit_identically(tmp_path, data):
+    verifier = _verifier()
+
+    def run(out, callbacks=()):
+        drafter = _drafter()
+        head = new_head_for(verifier, drafter)
+        config = _config(tmp_path, "sd2", out_dir=str(out), steps=10, eval_every=0, save_every=3)
+        Trainer(config, drafter, verifier, data, head, callbacks=callbacks).run()
+        return drafter, head
+
+    straight_drafter, straight_head = run(tmp_path / "straight")
+    run(tmp_path / "resumed", callbacks=[_StopAfter(5)])  # cancelled at step 5, checkpointed
+    assert json.loads((tmp_path / "resumed" / "sd2_card.json").read_text())["steps"] == 5
+    resumed_drafter, resumed_head = run(tmp_path / "resumed")
+    for a, b in zip(
+        straight_drafter.state_dict().values(), resumed_drafter.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    assert torch.equal(straight_head.w_s, resumed_head.w_s)
+    assert _losses(tmp_path / "straight") == _losses(tmp_path / "resumed")
+
+
+def test_partial_or_corrupt_checkpoints_are_refused(tmp_path):
+    drafter = _drafter()
+    folder = save_checkpoint(tmp_path / "ckpt", drafter, None, {"recipe": "test"})
+    assert verify_checkpoint(folder)["recipe"] == "test"
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(CheckpointError, match=r"corrupt: model\.safetensors"):
+        verify_checkpoint(folder)
+    folder = save_checkpoint(tmp_path / "ckpt2", drafter, None, {})
+    (folder / "config.json").unlink()
+    with pytest.raises(CheckpointError, match=r"partial: config\.json is missing"):
+        verify_checkpoint(folder)
+    (folder / "sd2_card.json").unlink()
+    with pytest.raises(CheckpointError, match=r"sd2_card\.json is missing"):
+        verify_checkpoint(folder)
+    assert not list(tmp_path.glob(".*staging*"))  # no staging folders left behind
+
+
+def test_resume_refuses_a_different_run(tmp_path, data):
+    verifier = _verifier()
+    Trainer(_config(tmp_path, "distill", steps=2), _drafter(), verifier, data).run()
+    with pytest.raises(ValueError, match="different run"):
+        Trainer(_config(tmp_path, "distill", steps=3), _drafter(), verifier, data).run()
+
+
+def test_official_checkpoint_round_trips(tmp_path):
+    """Build a tiny checkpoint in the authors' layout, import it, and compare every tensor."""
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_()
+    official = tmp_path / "official"
+    official.mkdir()
+    state = {}
+    for key, value in drafter.state_dict().items():
+        key = key.replace("model.layers.", "model.layers.").replace(".self_attn", ".l.self_attn")
+        key = key.replace(".mlp.", ".l.mlp.").replace(".input_layernorm", ".l.input_layernorm")
+        key = key.replace(".post_attention_layernorm", ".l.post_attention_layernorm")
+        state[f"d_base.{key}"] = value
+    state["guidance_embd_layer.orig.weight"] = head.hml.weight.detach()
+    state["guidance_embd_layer.orig.bias"] = head.hml.bias.detach()
+    state["latent_mod_prep.norm.weight"] = head.norm.weight.detach()
+    state["latent_mod_prep.norm.bias"] = head.norm.bias.detach()
+    state["latent_mod_prep.w_guide.weight"] = head.w_s.detach().reshape(-1, 64)
+    torch.save(state, official / "pytorch_model.bin")
+    drafter.config.save_pretrained(tmp_path / "drafter_config")
+    (official / "config.json").write_text(
+        json.dumps(
+            {
+                "verifier": "tiny-verifier",
+                "drafter": str(tmp_path / "drafter_config"),
+                "ngram": 4,
+                "v_layer": list(reversed(head.config.verifier_layers)),
+                "d_layer": "all",
+                "guide_method": "merged",
+            }
+        )
+    )
+    out = convert_official(official, tmp_path / "imported")
+    verify_checkpoint(out)
+    loaded = SteeringHead.load(out)
+    assert loaded.config.verifier_layers == tuple(sorted(head.config.verifier_layers))
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    from transformers import AutoModelForCausalLM
+
+    imported = AutoModelForCausalLM.from_pretrained(out)
+    for name, tensor in drafter.state_dict().items():
+        assert torch.equal(imported.state_dict()[name], tensor), name
