@@ -252,7 +252,7 @@ class Trainer:
             return
         verify_checkpoint(out)
         state = load_trainer_state(out)
-        if state is None or state["config"] != self.config.to_dict():
+        if state is None or _identity(state["config"]) != _identity(self.config.to_dict()):
             raise ValueError(f"{out} holds a checkpoint of a different run; choose another out_dir")
         from sd2.train.resume import load_weights
 
@@ -267,6 +267,11 @@ class Trainer:
 
     def _unwrapped(self) -> _Recipe:
         return self.accelerator.unwrap_model(self.recipe)
+
+
+def _identity(config: dict) -> dict:
+    """The settings that define a run; CPU threads may change between a run and its resumption."""
+    return {name: value for name, value in config.items() if name != "threads"}
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
