@@ -19,7 +19,7 @@ from service import queries, repository
 from service.db import Database
 from service.deps import Services
 from service.errors import install_handlers
-from service.finetune import NextTokenFineTuner
+from service.training import RecipeTrainer
 from service.generation import ModelHost
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit
@@ -35,9 +35,12 @@ Every generation is stored as a run with its blocks and token events. Errors are
 `detail[].loc` names the offending field; a rejected request writes nothing."""
 
 
-def create_app(settings: Settings, engine: Engine | None = None, train_fn: TrainFn | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, engine: Engine | None = None, train_fn: TrainFn | None = None, mount_ui: bool = False
+) -> FastAPI:
     """Build the app. `engine` and `train_fn` may be injected (tests, embedding); by default the
-    lifespan loads the pair named in `settings` and trains with `NextTokenFineTuner`."""
+    lifespan loads the pair named in `settings` and trains with `RecipeTrainer` (sd2.train).
+    `mount_ui` serves the browser UI (`app/`, needs the `app` extra) at `/` beside the API routes."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,7 +63,17 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
     install_handlers(app)
     for module in (generate, compare, runs, drafters, train, health):
         app.include_router(module.router)
+    if mount_ui:
+        app = _with_ui(app, settings)
     return app
+
+
+def _with_ui(api: FastAPI, settings: Settings) -> FastAPI:
+    """The UI at `/`, mounted after the API routes so it never shadows them. Imported only here, so
+    the service runs without gradio when the UI is not wanted; the UI talks to this same server."""
+    from app.mount import mount_ui
+
+    return mount_ui(api, settings.host, settings.port)
 
 
 def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) -> Services:
@@ -76,7 +89,7 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     interrupted = repository.fail_interrupted_jobs(db)
     if interrupted:
         log.warning("marked %d training job(s) interrupted by a restart as failed", interrupted)
-    fn = train_fn or NextTokenFineTuner(host)
+    fn = train_fn or RecipeTrainer(host)
     jobs = JobRunner(db, host, fn, settings.drafters_dir)
     jobs.start()
     methods = tuple(getattr(fn, "methods", ("pretrain", "distill", "sd2")))

@@ -132,12 +132,15 @@ class JobRunner:
 def drafter_info(drafter, source: str, job_id: int | None = None) -> repository.DrafterInfo:
     """Registry row of a loaded sd2.models.Drafter."""
     architectures = getattr(drafter.model.config, "architectures", None) or [drafter.model.config.model_type]
+    recipe = drafter.card.get("recipe")
+    if isinstance(recipe, dict):  # an sd2.train card stores its whole TrainConfig
+        recipe = recipe.get("objective")
     return repository.DrafterInfo(
         name=drafter.name,
         source=source,
         path=drafter.path,
         architecture=str(architectures[0]),
-        recipe=drafter.card.get("recipe"),
+        recipe=recipe,
         steering=drafter.head is not None,
         n_params=drafter.n_params,
         job_id=job_id,

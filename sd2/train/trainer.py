@@ -6,6 +6,7 @@ import logging
 import platform
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,7 @@ class Trainer:
         stop_ids: frozenset[int] = frozenset(),
         callbacks: Sequence[TrainCallback] = (),
         card: dict | None = None,
+        model_lock: AbstractContextManager | None = None,
     ):
         if config.objective != "pretrain" and verifier is None:
             raise ValueError(f"objective {config.objective} needs the verifier")
@@ -89,6 +91,8 @@ class Trainer:
             torch.set_num_threads(config.threads)
         self.config, self.data, self.tokenizer, self.stop_ids = config, data, tokenizer, stop_ids
         self.callbacks, self.card = list(callbacks), dict(card or {})
+        # held around every use of the (possibly shared) verifier, e.g. a server's decoding lock
+        self.model_lock = model_lock or nullcontext()
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=_precision())
         torch.manual_seed(config.seed)
         self.recipe = _Recipe(config, drafter, head if config.objective == "sd2" else None, verifier)
@@ -118,7 +122,8 @@ class Trainer:
         cancelled = False
         while self.step < cfg.steps and not cancelled:
             start = time.perf_counter()
-            metrics = self._optimizer_step(data)
+            with self.model_lock:
+                metrics = self._optimizer_step(data)
             self.wall_s += time.perf_counter() - start
             self.step += 1
             progress.update(1)
@@ -126,11 +131,13 @@ class Trainer:
             self._emit(metrics | {"lr": self.scheduler.get_last_lr()[0], "tokens_seen": self.tokens_seen})
             cancelled = any(cb.should_stop() for cb in self.callbacks)
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                self._emit(self.validate())
+                with self.model_lock:
+                    self._emit(self.validate())
             if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.steps:
                 self.save()
         progress.close()
-        final = self.validate()
+        with self.model_lock:
+            final = self.validate()
         self._emit(final)
         return self.save(final_metrics=final, cancelled=cancelled)
 

@@ -57,7 +57,8 @@ def test_a_job_trains_registers_its_drafter_and_survives_a_restart(settings):
             and drafters["cat-drafter"]["source"] == "training"
         )
         card = json.loads((settings.drafters_dir / "cat-drafter" / "sd2_card.json").read_text())
-        assert card["steps"] == 4 and card["base"] == "tiny" and card["final_loss"] == losses[-1]["value"]
+        assert card["steps"] == 4 and card["base"] == "tiny" and card["recipe"]["objective"] == "pretrain"
+        assert card["final_metrics"]["val_tau"] >= 1.0 and card["tokens_seen"] > 0
         used = client.post("/generate", json={"prompt": PROMPT, "method": "cat-drafter", "max_new_tokens": 5})
         assert used.status_code == 200 and used.json()["method"] == "cat-drafter"
         again = client.post("/train", json=body)  # the name is taken now
@@ -107,7 +108,7 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
 
         refused = {
             "base_drafter": {"name": "x", "base_drafter": "missing"},
-            "method": {"name": "x", "base_drafter": "tiny", "method": "sd2"},  # needs `sd2 train` (issue 3)
+            "method": {"name": "x", "base_drafter": "tiny", "method": "dpo"},
             "name": {"name": "../../etc", "base_drafter": "tiny"},
             "steps": {"name": "x", "base_drafter": "tiny", "steps": 0},
         }
@@ -119,3 +120,21 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
             )
         assert client.post("/train", json={"name": "verifier", "base_drafter": "tiny"}).status_code == 409
         assert count(settings, "training_jobs") == 1
+
+
+def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_drafters(settings):
+    with TestClient(create_app(settings)) as client:
+        ids = {
+            method: client.post("/train", json={"name": f"job-{method}", "base_drafter": "tiny", "method": method,
+                                                "steps": 3, "seq_len": 32, "batch_size": 2}).json()["id"]
+            for method in ("distill", "sd2")
+        }  # fmt: skip
+        for method, job_id in ids.items():
+            job = _wait(client, job_id)
+            assert job["status"] == "succeeded", job
+            names = {p["name"] for p in job["points"]}
+            assert {"loss", "val_tau"} <= names
+        drafters = {d["name"]: d for d in client.get("/drafters").json()}
+        assert drafters["job-sd2"]["steering"] and not drafters["job-distill"]["steering"]
+        result = client.post("/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}).json()
+        assert result["steering"] and len(result["token_ids"]) == 8
