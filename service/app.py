@@ -19,12 +19,12 @@ from service import queries, repository
 from service.db import Database
 from service.deps import Services
 from service.errors import install_handlers
-from service.training import RecipeTrainer
 from service.generation import ModelHost
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit
 from service.routers import compare, drafters, generate, health, runs, train
 from service.settings import Settings
+from service.training import RecipeTrainer
 
 log = logging.getLogger(__name__)
 WORKER_THREADS = 32  # requests waiting for the model lock park here, not on the event loop

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from sd2.data.batches import ShardSet
@@ -21,7 +21,7 @@ from sd2.models import context_length, stop_token_ids
 from sd2.prompts import encode_prompt
 from sd2.steering import new_head_for
 from sd2.train.config import TrainConfig
-from sd2.train.trainer import TrainCallback, Trainer, TrainData
+from sd2.train.trainer import TrainCallback, TrainData, Trainer
 from service.generation import ModelHost
 from service.jobs import OnMetric, TrainSpec
 
@@ -54,20 +54,38 @@ class RecipeTrainer:
             drafter = copy.deepcopy(base.model).float().train()
             head = None
             if spec.method == "sd2":
-                head = copy.deepcopy(base.head) if base.head is not None else new_head_for(engine.verifier, drafter)
+                head = (
+                    copy.deepcopy(base.head)
+                    if base.head is not None
+                    else new_head_for(engine.verifier, drafter)
+                )
                 head = head.float().train()
         with tempfile.TemporaryDirectory(prefix="sd2-job-") as scratch:
             data = _request_data(engine.tokenizer, spec, Path(scratch))
             config = TrainConfig(
-                objective=spec.method, out_dir=str(spec.output_dir), steps=spec.steps,
-                batch_size=min(spec.batch_size, len(data.train)), lr=spec.lr, warmup_steps=min(10, spec.steps // 5),
-                k=spec.k, eval_every=0, save_every=0, eval_prompts=len(data.eval_prompts), seed=spec.seed,
+                objective=spec.method,
+                out_dir=str(spec.output_dir),
+                steps=spec.steps,
+                batch_size=min(spec.batch_size, len(data.train)),
+                lr=spec.lr,
+                warmup_steps=min(10, spec.steps // 5),
+                k=spec.k,
+                eval_every=0,
+                save_every=0,
+                eval_prompts=len(data.eval_prompts),
+                seed=spec.seed,
                 eval_max_new_tokens=32,
             )
             reporter = _MetricBuffer(on_metric, should_stop)
             trainer = Trainer(
-                config, drafter, engine.verifier, data, head, engine.tokenizer,
-                stop_token_ids(engine.verifier, engine.tokenizer), callbacks=[reporter],
+                config,
+                drafter,
+                engine.verifier,
+                data,
+                head,
+                engine.tokenizer,
+                stop_token_ids(engine.verifier, engine.tokenizer),
+                callbacks=[reporter],
                 card={"base": spec.base_drafter, "trainer": "service job (sd2.train)", "job_id": spec.job_id},
                 model_lock=self.host.lock,
             )
@@ -95,11 +113,15 @@ def _request_data(tokenizer, spec: TrainSpec, scratch: Path) -> TrainData:
     """The request's texts as training rows (loss on every token) and two chat prompts to measure τ."""
     texts = spec.data or BUILTIN_TEXTS
     examples = [
-        Example(f"text-{i}", (), tuple(tokenizer(text, add_special_tokens=False)["input_ids"][: spec.seq_len]))
+        Example(
+            f"text-{i}", (), tuple(tokenizer(text, add_special_tokens=False)["input_ids"][: spec.seq_len])
+        )
         for i, text in enumerate(texts)
     ]
     config = ShardConfig(seq_len=spec.seq_len, min_response_tokens=2)
-    build_shards(examples, scratch / "shards", tokenizer, config, {"kind": "request-texts", "count": len(texts)})
+    build_shards(
+        examples, scratch / "shards", tokenizer, config, {"kind": "request-texts", "count": len(texts)}
+    )
     shards = ShardSet(scratch / "shards")
     if len(shards) == 0:
         raise ValueError("data: every text is shorter than 2 tokens; nothing to train on")

@@ -124,17 +124,19 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
 
 def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_drafters(settings):
     with TestClient(create_app(settings)) as client:
-        ids = {
-            method: client.post("/train", json={"name": f"job-{method}", "base_drafter": "tiny", "method": method,
-                                                "steps": 3, "seq_len": 32, "batch_size": 2}).json()["id"]
-            for method in ("distill", "sd2")
-        }  # fmt: skip
-        for method, job_id in ids.items():
+        settings_of = {"base_drafter": "tiny", "steps": 3, "seq_len": 32, "batch_size": 2}
+        ids = [
+            client.post("/train", json={"name": f"job-{m}", "method": m, **settings_of}).json()["id"]
+            for m in ("distill", "sd2")
+        ]
+        for job_id in ids:
             job = _wait(client, job_id)
             assert job["status"] == "succeeded", job
             names = {p["name"] for p in job["points"]}
             assert {"loss", "val_tau"} <= names
         drafters = {d["name"]: d for d in client.get("/drafters").json()}
         assert drafters["job-sd2"]["steering"] and not drafters["job-distill"]["steering"]
-        result = client.post("/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}).json()
+        result = client.post(
+            "/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}
+        ).json()
         assert result["steering"] and len(result["token_ids"]) == 8
