@@ -26,9 +26,15 @@ def _parse_drafters(values: Sequence[str]) -> dict[str, str]:
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="decode one prompt and show the per-token trace")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (chat-templated unless --raw)")
-    p.add_argument("--method", default=None, help="verifier, self, or a drafter name (default: the first drafter)")
-    p.add_argument("--drafter", action="append", default=[], metavar="[NAME=]PATH", help="load a drafter folder")
-    p.add_argument("--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--method", default=None, help="verifier, self, or a drafter name (default: the first drafter)"
+    )
+    p.add_argument(
+        "--drafter", action="append", default=[], metavar="[NAME=]PATH", help="load a drafter folder"
+    )
+    p.add_argument(
+        "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
+    )
     p.add_argument("--no-steering", action="store_true", help="run a steered drafter without its head")
     p.add_argument("--k", type=int, default=8, help="drafts per block")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -36,7 +42,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--raw", action="store_true", help="send the prompt as plain text, without the chat template")
+    p.add_argument(
+        "--raw", action="store_true", help="send the prompt as plain text, without the chat template"
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object (DESIGN.md §6)")
     p.add_argument("--no-color", action="store_true")
@@ -52,8 +60,9 @@ def _generate(args: argparse.Namespace) -> int:
     drafters = _parse_drafters(args.drafter)
     engine = Engine.load(args.verifier, drafters, device=args.device)
     method = args.method or next(iter(drafters), "verifier")
-    request = GenerateRequest(prompt=args.prompt, method=method, decode=decode,
-                              steering=not args.no_steering, chat=not args.raw)
+    request = GenerateRequest(
+        prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw
+    )
     if args.json:
         print(json.dumps(engine.generate(request).to_dict(), ensure_ascii=False))
         return 0
@@ -67,18 +76,74 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from sd2.bench.command import add_arguments, run  # argparse only; the heavy imports wait for run
+
+    p = sub.add_parser("bench", help="benchmark methods × prompt sets × temperatures × k (sd2.bench)")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="start the REST service (FastAPI + SQLite trace store) with uvicorn")
+    p.add_argument("--host", default=None, help="bind address (default: $SD2_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="default: $SD2_PORT or 8000")
+    p.add_argument("--drafter", action="append", default=[], metavar="NAME=PATH", help="add a drafter folder")
+
+    def run(args: argparse.Namespace) -> int:
+        from service.cli import serve  # the web stack is imported only by this command
+
+        return serve(args.host, args.port, _parse_drafters(args.drafter))
+
+    p.set_defaults(func=run)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from sd2.train.cli import add_train_parser  # argparse only; torch-heavy imports wait for the run
+
+    add_train_parser(sub)
+
+
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    from sd2.data.cli import add_data_parser
+
+    add_data_parser(sub)
+
+
+def _add_ui(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="start the browser UI alone, talking to a running `sd2 serve` over HTTP")
+    p.add_argument(
+        "--api", default=None, help="service base URL (default: $SD2_API_URL or http://127.0.0.1:8000)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="UI bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="UI port (default: 7860)")
+
+    def run(args: argparse.Namespace) -> int:
+        from app.cli import DEFAULT_API, run_ui  # gradio is imported only by this command
+
+        return run_ui(args.api or os.environ.get("SD2_API_URL", DEFAULT_API), args.host, args.port)
+
+    p.set_defaults(func=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sd2", description="Steered speculative decoding lab (SD²).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
+    _add_serve(sub)
+    _add_bench(sub)
+    _add_train(sub)
+    _add_data(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:

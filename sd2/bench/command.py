@@ -1,0 +1,125 @@
+"""`sd2 bench`: arguments and entry point. Only argparse is imported at module level (the CLI stays fast)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sd2.bench.plan import BenchPlan
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench options (defaults None = the plan's default, or the --quick one)."""
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        metavar="METHOD",
+        help="verifier, hf-generate, self, hf-assisted[:DRAFTER], or a drafter name "
+        "(default: verifier hf-generate self, plus hf-assisted and every drafter)",
+    )
+    p.add_argument(
+        "--drafter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="load a drafter folder under NAME (repeatable); hf-assisted prefers 'pretrained'",
+    )
+    p.add_argument(
+        "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument(
+        "--prompt-sets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="prompt files (stems) in --prompts-dir, or 'demo' (default: every file, else demo)",
+    )
+    p.add_argument("--prompts-dir", type=Path, default=None, help="default: the repository's assets/prompts")
+    p.add_argument("--k", nargs="+", type=int, default=None, help="draft lengths (default 8)")
+    p.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 (greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (quick: 32)")
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed repetitions per cell (default 3, quick 2)"
+    )
+    p.add_argument(
+        "--max-prompts", type=int, default=None, help="prompts per set, 0 = all (default 10, quick 2)"
+    )
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--quick", action="store_true", help="a smoke run: under ~3 minutes on 2 CPU cores")
+    p.add_argument("--k-sweep", action="store_true", help="try k ∈ {1,2,3,4,6,8,12} and report the best k")
+    p.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: $SD2_HOME/bench/<UTC time>)"
+    )
+
+
+def parse_drafters(values: list[str]) -> dict[str, str]:
+    """NAME=PATH (or a bare PATH, named after its folder) → {name: path}."""
+    drafters = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            path, name = value, os.path.basename(os.path.normpath(value))
+        drafters[name] = path
+    return drafters
+
+
+def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
+    """Command-line arguments → BenchPlan (explicit options win over --quick and --k-sweep defaults)."""
+    from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, quick_plan, resolve_methods
+
+    methods = [m for value in args.methods for m in value.split(",") if m] if args.methods else None
+    plan = BenchPlan(methods=resolve_methods(methods, drafter_names), k_sweep=args.k_sweep)
+    if args.quick:
+        plan = quick_plan(plan)
+    if args.k_sweep:
+        plan = replace(plan, ks=K_SWEEP_QUICK if args.quick else K_SWEEP)
+    explicit = {
+        "ks": tuple(args.k) if args.k else None,
+        "temperatures": tuple(args.temperatures) if args.temperatures else None,
+        "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats,
+        "seed": args.seed,
+    }
+    plan = replace(plan, **{key: value for key, value in explicit.items() if value is not None})
+    if args.max_prompts is not None:
+        plan = replace(plan, max_prompts=args.max_prompts or None)  # 0 = every prompt of the set
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    from sd2.bench.harness import run_bench
+    from sd2.bench.prompts import load_prompt_sets
+    from sd2.bench.report import RunInfo, write_outputs
+    from sd2.embedded import sd2_home
+    from sd2.engine import Engine
+
+    drafters = parse_drafters(args.drafter)
+    plan = build_plan(args, list(drafters))
+    prompt_sets = load_prompt_sets(args.prompts_dir, args.prompt_sets)  # cut to max_prompts by run_bench
+    engine = Engine.load(args.verifier, drafters, device=args.device)
+    result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
+    info = RunInfo(
+        command="sd2 " + shlex.join(sys.argv[1:]),
+        verifier=engine.verifier_name,
+        drafters=drafters,
+        device=engine.placement.device.type,
+        dtype=str(engine.placement.dtype).removeprefix("torch."),
+    )
+    out = args.out or sd2_home() / "bench" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    paths = write_outputs(result, info, out)
+    print(paths["markdown"].read_text())
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0

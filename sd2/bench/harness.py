@@ -1,0 +1,155 @@
+"""The run loop: warm-up, then repetitions with every method interleaved, then forward timings.
+
+Order per prompt set and temperature:
+    1. warm up   each cell on the first prompt (untimed, `plan.warmup` times; first set only)
+    2. repeat    for r in 0..repeats−1: for each cell (order rotated by r, so no method always runs
+                 first after a pause): for each prompt: one timed generation
+    3. forwards  isolated T_v(1), T_v(k+1), T_d(1) on the set's first prompts
+Then everything is aggregated into one BenchReport.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from sd2.bench.aggregate import CellSummary, aggregate, best_k
+from sd2.bench.forward import ForwardTimes, measure_forward_times
+from sd2.bench.hf import hf_runner
+from sd2.bench.measure import Measurement, Runner, ours_runner
+from sd2.bench.plan import SELF, BenchPlan, Cell
+from sd2.bench.prompts import PromptSet
+from sd2.config import DecodeConfig
+from sd2.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchResult:
+    """Raw measurements and their aggregation; `sd2.bench.report` turns it into files."""
+
+    plan: BenchPlan
+    prompt_sets: list[PromptSet]
+    measurements: list[Measurement]
+    forward_times: dict[str, ForwardTimes]
+    summaries: list[CellSummary]
+    best_k: list[dict]
+
+
+def trim_memory() -> None:
+    """Collect garbage and hand freed heap back to the OS (glibc), before anything is timed.
+
+    Measured here: after rebuilding the chat prompt set (≈100 MB of ShareGPT JSON parsed), a cached
+    verifier forward took ≈250 ms instead of ≈57 ms until `malloc_trim(0)`; the glibc heap left by
+    the parse slows every torch allocation that follows.
+    """
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def make_runner(engine: Engine, cell: Cell) -> Runner:
+    return ours_runner(engine, cell) if cell.method.runner == "ours" else hf_runner(engine, cell)
+
+
+def decode_config(plan: BenchPlan, cell: Cell, temperature: float, prompt_index: int) -> DecodeConfig:
+    """Same lengths, filters and seeds for every method; baselines get the largest k (unused by them)
+    so the prompt-length check keeps the same prompts for everyone."""
+    return DecodeConfig(
+        k=cell.k or plan.context_k,
+        temperature=temperature,
+        top_k=plan.top_k,
+        top_p=plan.top_p,
+        max_new_tokens=plan.max_new_tokens,
+        seed=plan.seed + prompt_index,
+    )
+
+
+def fitting_prompts(engine: Engine, plan: BenchPlan, prompt_set: PromptSet) -> PromptSet:
+    """The set's first `plan.max_prompts` prompts that fit the verifier's context with the plan's lengths
+    (the same prompts for every method); skipped ones are counted in `n_too_long`."""
+    decode = DecodeConfig(k=plan.context_k, max_new_tokens=plan.max_new_tokens)
+    kept, skipped = [], 0
+    for prompt in prompt_set.prompts:
+        if plan.max_prompts is not None and len(kept) == plan.max_prompts:
+            break
+        try:
+            engine.encode(prompt.request("verifier", decode))
+        except ValueError as err:
+            if "too long" not in str(err):
+                raise
+            skipped += 1
+            continue
+        kept.append(prompt)
+    if skipped:
+        log.warning("%s: skipped %d prompts too long for the context", prompt_set.name, skipped)
+    return replace(prompt_set, prompts=tuple(kept), n_too_long=skipped)
+
+
+def run_prompt_set(
+    engine: Engine,
+    plan: BenchPlan,
+    prompt_set: PromptSet,
+    temperature: float,
+    runners: dict[str, Runner],
+    warmup: int | None = None,
+) -> list[Measurement]:
+    """Steps 1–2 of the module docstring for one prompt set at one temperature (warmup: default plan's)."""
+    cells, measurements = plan.cells(), []
+
+    def run(cell: Cell, index: int, repeat: int) -> Measurement:
+        prompt = prompt_set.prompts[index]
+        stats = runners[cell.label](prompt, decode_config(plan, cell, temperature, index))
+        return Measurement(cell.method.name, prompt_set.name, prompt.id, temperature, cell.k, repeat, stats)
+
+    for cell in cells:  # 1. warm up
+        for _ in range(plan.warmup if warmup is None else warmup):
+            measurements.append(run(cell, 0, -1))
+    for repeat in range(plan.repeats):  # 2. repeat, interleaved
+        shift = repeat % len(cells)
+        for cell in cells[shift:] + cells[:shift]:
+            log.info(
+                "%s T=%g rep %d/%d: %s", prompt_set.name, temperature, repeat + 1, plan.repeats, cell.label
+            )
+            measurements.extend(run(cell, i, repeat) for i in range(len(prompt_set.prompts)))
+    return measurements
+
+
+def forward_times(engine: Engine, plan: BenchPlan, prompt_set: PromptSet) -> ForwardTimes:
+    """Step 3: isolated forwards on the first `plan.forward_prompts` prompts of the set."""
+    drafters = {c.method.drafter for c in plan.cells() if c.method.drafter is not None}
+    models = {name: engine.verifier if name == SELF else engine.drafters[name].model for name in drafters}
+    decode = DecodeConfig(k=plan.context_k, max_new_tokens=plan.max_new_tokens)
+    prompts = [
+        engine.encode(p.request("verifier", decode)) for p in prompt_set.prompts[: plan.forward_prompts]
+    ]
+    return measure_forward_times(
+        prompt_set.name, engine.verifier, models, prompts, plan.ks, plan.forward_repeats
+    )
+
+
+def run_bench(
+    engine: Engine,
+    plan: BenchPlan,
+    prompt_sets: Sequence[PromptSet],
+    on_progress: Callable[[str], None] | None = None,
+) -> BenchResult:
+    """Run the whole plan in this process and aggregate it."""
+    runners = {cell.label: make_runner(engine, cell) for cell in plan.cells()}
+    prompt_sets = [fitting_prompts(engine, plan, s) for s in prompt_sets]
+    trim_memory()
+    measurements, forwards = [], {}
+    for prompt_set in prompt_sets:
+        for temperature in plan.temperatures:
+            if on_progress:
+                on_progress(f"{prompt_set.name} at T={temperature:g}")
+            warmup = plan.warmup if not measurements else 0  # once per process is enough
+            measurements += run_prompt_set(engine, plan, prompt_set, temperature, runners, warmup)
+        forwards[prompt_set.name] = forward_times(engine, plan, prompt_set)
+    summaries = aggregate(plan.cells(), measurements, forwards)
+    return BenchResult(plan, list(prompt_sets), measurements, forwards, summaries, best_k(summaries))

@@ -1,0 +1,130 @@
+"""The run plan: which methods, temperatures, draft lengths, lengths and repetitions (frozen dataclasses).
+
+A *cell* is one (method, k) pair run at one temperature on one prompt set. Baselines (`verifier`,
+`hf-generate`) draft nothing, so their cells carry k = None and run once per temperature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+VERIFIER = "verifier"  # our verifier-only loop (Engine method "verifier"): the speed-up baseline
+HF_GENERATE = "hf-generate"  # transformers `generate` on the verifier alone: the plain user baseline
+HF_ASSISTED = "hf-assisted"  # transformers assisted generation: the peer a user would pick instead of us
+SELF = "self"  # the verifier drafts for itself (Engine method "self"): τ must be k + 1 at T = 0
+PRETRAINED = "pretrained"  # the drafter hf-assisted uses by default, when one of that name is loaded
+
+K_SWEEP = (1, 2, 3, 4, 6, 8, 12)  # draft lengths tried by --k-sweep
+K_SWEEP_QUICK = (1, 3, 8)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of the benchmark.
+
+    runner: "ours" (Engine), "hf-generate" or "hf-assisted". drafter: None for the baselines, "self"
+    for the verifier drafting for itself, else a loaded drafter name.
+    """
+
+    name: str
+    runner: str
+    drafter: str | None = None
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A method at one draft length (k = None for the baselines)."""
+
+    method: MethodSpec
+    k: int | None
+
+    @property
+    def label(self) -> str:
+        return self.method.name if self.k is None else f"{self.method.name} (k={self.k})"
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything that decides what runs. Defaults are a full run; `quick_plan` shrinks it."""
+
+    methods: tuple[MethodSpec, ...]
+    ks: tuple[int, ...] = (8,)  # draft lengths; 8 is the paper's default
+    temperatures: tuple[float, ...] = (0.0,)  # 0 = greedy, where outputs must match the verifier exactly
+    max_new_tokens: int = 128  # the paper evaluates 128 new tokens
+    repeats: int = 3  # timed repetitions per cell; medians and spreads are over these (Spec-Bench uses 3)
+    warmup: int = 1  # untimed generations per cell before the first timed one (allocators, caches)
+    max_prompts: int | None = 10  # prompts used per set; None = all (a full set is hours on 2 CPU cores)
+    forward_prompts: int = 3  # prompts per set on which the isolated forward times are measured
+    forward_repeats: int = 5  # timed repetitions of each isolated forward (median taken)
+    seed: int = 0  # generation i of a cell uses seed + i, identical across methods and repetitions
+    top_k: int = 0  # sampling filters, applied to every method identically (0 / 1.0 = off)
+    top_p: float = 1.0
+    quick: bool = False
+    k_sweep: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise ValueError("methods must name at least one method")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be ≥ 1, got {self.repeats}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"k must be a list of integers ≥ 1, got {list(self.ks)}")
+        if not self.temperatures or min(self.temperatures) < 0:
+            raise ValueError(f"temperatures must be ≥ 0, got {list(self.temperatures)}")
+
+    def cells(self) -> list[Cell]:
+        """Baselines once, each speculative method at every k, in the plan's method order."""
+        return [Cell(m, k) for m in self.methods for k in (self.ks if m.speculative else (None,))]
+
+    @property
+    def context_k(self) -> int:
+        """k used for the prompt-length check of every method, so all methods keep the same prompts."""
+        return max(self.ks)
+
+
+def quick_plan(plan: BenchPlan) -> BenchPlan:
+    """The --quick variant: 2 prompts per set, 32 new tokens, 2 repetitions, short forward timings."""
+    return replace(
+        plan,
+        max_new_tokens=min(plan.max_new_tokens, 32),
+        repeats=min(plan.repeats, 2),
+        max_prompts=2,
+        forward_prompts=1,
+        forward_repeats=3,
+        quick=True,
+    )
+
+
+def resolve_methods(names: Sequence[str] | None, drafters: Sequence[str]) -> tuple[MethodSpec, ...]:
+    """Method names → specs. None = the default set: verifier, hf-generate, self, and with drafters
+    hf-assisted plus each drafter. `hf-assisted` uses the drafter named "pretrained" if loaded, else
+    the first; `hf-assisted:NAME` picks one (NAME may be "self")."""
+    if names is None:
+        names = [VERIFIER, HF_GENERATE, SELF, *([HF_ASSISTED] if drafters else []), *drafters]
+    return tuple(_resolve(name, list(drafters)) for name in dict.fromkeys(names))
+
+
+def _resolve(name: str, drafters: list[str]) -> MethodSpec:
+    if name == VERIFIER:
+        return MethodSpec(VERIFIER, "ours")
+    if name == HF_GENERATE:
+        return MethodSpec(HF_GENERATE, "hf-generate")
+    if name == SELF:
+        return MethodSpec(SELF, "ours", SELF)
+    if name in drafters:
+        return MethodSpec(name, "ours", name)
+    base, _, drafter = name.partition(":")
+    if base == HF_ASSISTED:
+        drafter = drafter or (PRETRAINED if PRETRAINED in drafters else next(iter(drafters), ""))
+        if not drafter:
+            raise ValueError("hf-assisted needs a drafter: pass --drafter NAME=PATH, or use hf-assisted:self")
+        if drafter not in [*drafters, SELF]:
+            raise ValueError(f"hf-assisted:{drafter}: no drafter named {drafter!r} is loaded")
+        return MethodSpec(f"{HF_ASSISTED}:{drafter}", "hf-assisted", drafter)
+    known = [VERIFIER, HF_GENERATE, SELF, HF_ASSISTED, *drafters]
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(known)} (drafters come from --drafter)")

@@ -1,0 +1,152 @@
+"""The versioned JSON schema of a benchmark result, and writing JSON / Markdown / HTML files.
+
+Schema `sd2.bench` version 1 (bump SCHEMA_VERSION on any change of keys or meaning):
+    schema, schema_version, created_at (ISO 8601 UTC), command, machine{…}, models{…}, plan{…},
+    prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
+    forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
+    cells[CellSummary fields; tokens_per_s* as {median, low, high, n, relative}], best_k[…],
+    generations[one row per timed or warm-up generation].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sd2.bench.aggregate import CellSummary, Spread
+from sd2.bench.harness import BenchResult
+
+SCHEMA = "sd2.bench"
+SCHEMA_VERSION = 1
+CONVENTIONS = {
+    "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
+    "of Σ tokens / Σ time over the prompt set",
+    "tokens_per_s_e2e": "all tokens / wall time of the generate call (prefill included)",
+    "speedup": "median tokens/s of the method / median tokens/s of the baseline, same set, T and run",
+    "tau": "tokens per verifier forward; ours: complete blocks only (sd2.metrics); hf-assisted: all forwards "
+    "but the last",
+    "acceptance_rate": "accepted drafts / drafted tokens over complete blocks",
+    "alpha_hat": "mean over judged positions of Σ min(p, q); argmax match at T = 0",
+    "cost_ratio": "drafter step / verifier forward, measured in the run; cost_ratio_fwd = T_d(1) / T_v(1)",
+    "speedup_ceiling": "Leviathan S(α̂, k, c) = (1 − α̂^(k+1)) / ((1 − α̂)(1 + c·k))",
+    "forward_ceiling": "S_fwd = τ · T_v(1) / (k · T_d(1) + T_v(k+1)), isolated cached forwards",
+    "efficiency": "decode speed-up over verifier (else hf-generate) / S_fwd",
+    "forward_efficiency": "share of decode time in model forwards: isolated forward ms per token × tokens/s",
+    "greedy_match": "T = 0: fraction of prompts with token ids identical to verifier (else hf-generate)",
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What was run, where: recorded next to every result."""
+
+    command: str
+    verifier: str
+    drafters: dict[str, str] = field(default_factory=dict)  # name → path
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+def machine_info() -> dict:
+    import torch
+    import transformers
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def _cell_dict(cell: CellSummary) -> dict:
+    data = asdict(cell)
+    for key in ("tokens_per_s", "tokens_per_s_e2e"):
+        spread: Spread = getattr(cell, key)
+        data[key] = {**asdict(spread), "relative": spread.relative}
+    return data
+
+
+def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = None) -> dict:
+    """The whole result as plain JSON types, in the key order of the module docstring."""
+    plan = result.plan
+    plan_dict = asdict(plan)
+    plan_dict["methods"] = [asdict(m) for m in plan.methods]
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created_at": (created_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "command": info.command,
+        "machine": machine_info(),
+        "models": {
+            "verifier": info.verifier,
+            "drafters": dict(info.drafters),
+            "device": info.device,
+            "dtype": info.dtype,
+        },
+        "plan": plan_dict,
+        "prompt_sets": [
+            {
+                "name": s.name,
+                "source": s.source,
+                "demo": s.demo,
+                "n_prompts": len(s.prompts),
+                "n_available": s.n_available,
+                "n_too_long": s.n_too_long,
+                "sha256": s.sha256,
+            }
+            for s in result.prompt_sets
+        ],
+        "conventions": dict(CONVENTIONS),
+        "forward_times": [
+            {
+                "prompt_set": f.prompt_set,
+                "verifier_ms": {str(n): t for n, t in sorted(f.verifier_ms.items())},
+                "drafter_ms": dict(f.drafter_ms),
+            }
+            for f in result.forward_times.values()
+        ],
+        "cells": [_cell_dict(c) for c in result.summaries],
+        "best_k": list(result.best_k),
+        "generations": [
+            {
+                "method": m.method,
+                "prompt_set": m.prompt_set,
+                "prompt_id": m.prompt_id,
+                "temperature": m.temperature,
+                "k": m.k,
+                "repeat": m.repeat,
+                "n_tokens": m.stats.n_tokens,
+                "prefill_ms": m.stats.prefill_ms,
+                "wall_ms": m.stats.wall_ms,
+                "judged_blocks": m.stats.judged_blocks,
+                "judged_tokens": m.stats.judged_tokens,
+            }
+            for m in result.measurements
+        ],
+    }
+
+
+def write_outputs(result: BenchResult, info: RunInfo, out_dir: Path) -> dict[str, Path]:
+    """Write bench.json, bench.md and (when plotly is installed) bench.html into out_dir."""
+    from sd2.bench.figure import write_figure
+    from sd2.bench.table import markdown_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = to_json(result, info)
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
+    paths["json"].write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    paths["markdown"].write_text(markdown_report(data))
+    html = write_figure(data, out_dir / "bench.html")
+    if html is not None:
+        paths["html"] = html
+    return paths

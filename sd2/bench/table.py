@@ -1,0 +1,152 @@
+"""Markdown tables from a result's JSON (so they can be rebuilt from a stored file).
+
+Table 1 follows the paper's layout: one row per method (speculative ones per k), τ per prompt set,
+mean τ over the sets, and mean decode speed-up over `verifier` (else `hf-generate`) over the sets.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+
+def _fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _label(cell: dict) -> str:
+    return cell["method"] if cell["k"] is None else f"{cell['method']} (k={cell['k']})"
+
+
+def _speedup(cell: dict) -> float | None:
+    value = cell["speedup_vs_verifier"]
+    return value if value is not None else cell["speedup_vs_hf_generate"]
+
+
+def _rows(cells: Sequence[dict]) -> list[str]:
+    """Row labels in first-seen order (the plan's method order)."""
+    return list(dict.fromkeys(_label(c) for c in cells))
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def table1(cells: Sequence[dict], prompt_sets: Sequence[str], temperature: float) -> str:
+    """τ per prompt set, mean τ, mean speed-up: one row per method (and k) at one temperature."""
+    cells = [c for c in cells if c["temperature"] == temperature]
+    rows = []
+    for label in _rows(cells):
+        mine = {c["prompt_set"]: c for c in cells if _label(c) == label}
+        taus = [mine[s]["tau"] if s in mine else None for s in prompt_sets]
+        speedups = [_speedup(c) for c in mine.values() if _speedup(c) is not None]
+        known = [t for t in taus if t is not None]
+        rows.append(
+            [
+                label,
+                *(_fmt(t) for t in taus),
+                _fmt(statistics.fmean(known) if known else None),
+                _fmt(statistics.fmean(speedups) if speedups else None, suffix="×"),
+            ]
+        )
+    return _markdown(["Method", *(f"τ {s}" for s in prompt_sets), "Mean τ", "Mean speed-up"], rows)
+
+
+def details_table(cells: Sequence[dict], temperature: float) -> str:
+    """Every number of every cell at one temperature (conventions in the JSON's `conventions`)."""
+    header = [
+        "Method",
+        "Set",
+        "tok/s",
+        "range",
+        "tok/s e2e",
+        "× verifier",
+        "× hf-generate",
+        "acc. rate",
+        "α̂",
+        "c",
+        "S(α̂,k,c)",
+        "S_fwd",
+        "efficiency",
+        "in forwards",
+        "greedy match",
+    ]
+    rows = []
+    for c in (c for c in cells if c["temperature"] == temperature):
+        tps = c["tokens_per_s"]
+        rows.append(
+            [
+                _label(c),
+                c["prompt_set"],
+                _fmt(tps["median"], 1),
+                f"{tps['low']:.1f}–{tps['high']:.1f}",
+                _fmt(c["tokens_per_s_e2e"]["median"], 1),
+                _fmt(c["speedup_vs_verifier"], suffix="×"),
+                _fmt(c["speedup_vs_hf_generate"], suffix="×"),
+                _fmt(c["acceptance_rate"]),
+                _fmt(c["alpha_hat"]),
+                _fmt(c["cost_ratio"], 3),
+                _fmt(c["speedup_ceiling"]),
+                _fmt(c["forward_ceiling"]),
+                _fmt(c["efficiency"]),
+                _fmt(c["forward_efficiency"]),
+                _fmt(c["greedy_match"]),
+            ]
+        )
+    return _markdown(header, rows)
+
+
+def forward_table(forward_times: Sequence[dict]) -> str:
+    rows = []
+    for f in forward_times:
+        verifier = ", ".join(f"T_v({n}) = {t:.1f}" for n, t in f["verifier_ms"].items())
+        drafters = ", ".join(f"T_d[{name}] = {t:.1f}" for name, t in f["drafter_ms"].items()) or "–"
+        rows.append([f["prompt_set"], verifier, drafters])
+    return _markdown(["Set", "verifier forwards (ms)", "drafter steps (ms)"], rows)
+
+
+def markdown_report(data: dict) -> str:
+    """The full Markdown report: provenance, Table 1 per temperature, details, best k, forward times."""
+    sets = [s["name"] for s in data["prompt_sets"]]
+    plan, machine = data["plan"], data["machine"]
+    parts = [
+        "# sd2 benchmark\n",
+        f"- date: {data['created_at']}  \n- command: `{data['command']}`",
+        f"- machine: {machine['platform']}, {machine['cpu_count']} CPUs ({machine['torch_threads']} torch "
+        f"threads), GPU: {machine['cuda'] or 'none'}; torch {machine['torch']}, transformers "
+        f"{machine['transformers']}",
+        f"- models: verifier {data['models']['verifier']} on {data['models']['device']}/"
+        f"{data['models']['dtype']}; drafters: {data['models']['drafters'] or 'none'}",
+        f"- plan: {plan['max_new_tokens']} new tokens, {plan['repeats']} repetitions "
+        f"(+{plan['warmup']} warm-up), k ∈ {plan['ks']}, T ∈ {plan['temperatures']}"
+        f"{', quick' if plan['quick'] else ''}",
+    ]
+    for s in data["prompt_sets"]:
+        note = " — **demo prompts, not a benchmark set**" if s["demo"] else ""
+        parts.append(
+            f"- prompt set `{s['name']}`: {s['n_prompts']} of {s['n_available']} prompts from "
+            f"{s['source']}{note}"
+        )
+    for temperature in plan["temperatures"]:
+        parts.append(
+            f"\n## T = {temperature:g}: τ per prompt set and mean decode speed-up (Table 1 layout)\n"
+        )
+        parts.append(table1(data["cells"], sets, temperature))
+        parts.append(f"\n### T = {temperature:g}: details (median decode tokens/s, range over repetitions)\n")
+        parts.append(details_table(data["cells"], temperature))
+    if data["best_k"]:
+        parts.append("\n## Best k on this machine\n")
+        parts.append(
+            _markdown(
+                ["Method", "T", "best k", "mean speed-up"],
+                [
+                    [b["method"], f"{b['temperature']:g}", str(b["k"]), _fmt(b["speedup"], suffix="×")]
+                    for b in data["best_k"]
+                ],
+            )
+        )
+    parts.append("\n## Isolated forward times\n")
+    parts.append(forward_table(data["forward_times"]))
+    return "\n".join(parts)

@@ -1,0 +1,74 @@
+"""The run plan: method resolution, cells, --quick / --k-sweep and explicit options."""
+
+import argparse
+
+import pytest
+
+from sd2.bench.command import add_arguments, build_plan
+from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, resolve_methods
+
+
+def names(methods):
+    return [(m.name, m.runner, m.drafter) for m in methods]
+
+
+def test_default_methods_without_and_with_drafters():
+    assert names(resolve_methods(None, [])) == [
+        ("verifier", "ours", None),
+        ("hf-generate", "hf-generate", None),
+        ("self", "ours", "self"),
+    ]
+    with_drafters = names(resolve_methods(None, ["sd2", "pretrained"]))
+    assert ("hf-assisted:pretrained", "hf-assisted", "pretrained") in with_drafters  # prefers "pretrained"
+    assert ("sd2", "ours", "sd2") in with_drafters and ("pretrained", "ours", "pretrained") in with_drafters
+
+
+def test_hf_assisted_variants_and_errors():
+    assert names(resolve_methods(["hf-assisted"], ["a", "b"])) == [("hf-assisted:a", "hf-assisted", "a")]
+    assert names(resolve_methods(["hf-assisted:self"], [])) == [("hf-assisted:self", "hf-assisted", "self")]
+    with pytest.raises(ValueError, match="hf-assisted needs a drafter"):
+        resolve_methods(["hf-assisted"], [])
+    with pytest.raises(ValueError, match="no drafter named 'x'"):
+        resolve_methods(["hf-assisted:x"], ["a"])
+    with pytest.raises(ValueError, match="unknown method 'medusa'"):
+        resolve_methods(["medusa"], ["a"])
+
+
+def test_cells_run_baselines_once_and_speculative_methods_at_every_k():
+    plan = BenchPlan(methods=resolve_methods(["verifier", "self", "hf-generate"], []), ks=(2, 4))
+    assert [c.label for c in plan.cells()] == ["verifier", "self (k=2)", "self (k=4)", "hf-generate"]
+    assert plan.context_k == 4
+
+
+@pytest.mark.parametrize(
+    "field, value", [("repeats", 0), ("ks", ()), ("ks", (0,)), ("temperatures", (-1.0,))]
+)
+def test_plan_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field.rstrip("s") if field != "ks" else "k must"):
+        BenchPlan(methods=resolve_methods(None, []), **{field: value})
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_quick_and_explicit_options():
+    quick = build_plan(parse("--quick"), [])
+    assert (quick.max_new_tokens, quick.repeats, quick.max_prompts, quick.quick) == (32, 2, 2, True)
+    explicit = build_plan(
+        parse("--quick", "--max-new-tokens", "16", "--repeats", "5", "--max-prompts", "0"), []
+    )
+    assert (explicit.max_new_tokens, explicit.repeats, explicit.max_prompts) == (16, 5, None)
+    full = build_plan(
+        parse("--methods", "verifier,self", "hf-generate", "--k", "3", "5", "--temperatures", "0", "1"), []
+    )
+    assert [m.name for m in full.methods] == ["verifier", "self", "hf-generate"]
+    assert (full.ks, full.temperatures, full.max_new_tokens, full.repeats) == ((3, 5), (0.0, 1.0), 128, 3)
+
+
+def test_k_sweep():
+    assert build_plan(parse("--k-sweep"), []).ks == K_SWEEP
+    assert build_plan(parse("--k-sweep", "--quick"), []).ks == K_SWEEP_QUICK
+    assert build_plan(parse("--k-sweep", "--k", "2"), []).ks == (2,)

@@ -1,0 +1,133 @@
+"""The JSON schema (keys and types are a contract: bump SCHEMA_VERSION to change them) and the tables."""
+
+import json
+
+from sd2.bench.report import SCHEMA, SCHEMA_VERSION, RunInfo, to_json
+from sd2.bench.table import markdown_report, table1
+
+TOP_LEVEL = [
+    "schema",
+    "schema_version",
+    "created_at",
+    "command",
+    "machine",
+    "models",
+    "plan",
+    "prompt_sets",
+    "conventions",
+    "forward_times",
+    "cells",
+    "best_k",
+    "generations",
+]
+CELL_KEYS = {
+    "method": str,
+    "runner": str,
+    "drafter": (str, type(None)),
+    "prompt_set": str,
+    "temperature": float,
+    "k": (int, type(None)),
+    "n_prompts": int,
+    "n_generations": int,
+    "mean_new_tokens": float,
+    "tau": (float, type(None)),
+    "acceptance_rate": (float, type(None)),
+    "alpha_hat": (float, type(None)),
+    "histogram": list,
+    "per_position_unconditional": list,
+    "per_position_conditional": list,
+    "tokens_per_s": dict,
+    "tokens_per_s_e2e": dict,
+    "prefill_ms": float,
+    "speedup_vs_verifier": (float, type(None)),
+    "speedup_vs_hf_generate": (float, type(None)),
+    "speedup_e2e_vs_verifier": (float, type(None)),
+    "speedup_e2e_vs_hf_generate": (float, type(None)),
+    "cost_ratio": (float, type(None)),
+    "cost_ratio_fwd": (float, type(None)),
+    "speedup_ceiling": (float, type(None)),
+    "forward_ceiling": (float, type(None)),
+    "efficiency": (float, type(None)),
+    "forward_efficiency": (float, type(None)),
+    "greedy_match": (float, type(None)),
+}
+SPREAD_KEYS = {"median", "low", "high", "n", "relative"}
+PROMPT_SET_KEYS = {"name", "source", "demo", "n_prompts", "n_available", "n_too_long", "sha256"}
+GENERATION_KEYS = {
+    "method",
+    "prompt_set",
+    "prompt_id",
+    "temperature",
+    "k",
+    "repeat",
+    "n_tokens",
+    "prefill_ms",
+    "wall_ms",
+    "judged_blocks",
+    "judged_tokens",
+}
+PLAN_KEYS = {
+    "methods",
+    "ks",
+    "temperatures",
+    "max_new_tokens",
+    "repeats",
+    "warmup",
+    "max_prompts",
+    "forward_prompts",
+    "forward_repeats",
+    "seed",
+    "top_k",
+    "top_p",
+    "quick",
+    "k_sweep",
+}
+
+INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tmp/d"})
+
+
+def test_json_schema_is_stable(synthetic_result):
+    data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
+    assert list(data) == TOP_LEVEL
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 1)
+    assert set(data["plan"]) == PLAN_KEYS
+    assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
+    assert set(data["models"]) == {"verifier", "drafters", "device", "dtype"}
+    assert {"platform", "cpu_count", "torch", "transformers"} <= set(data["machine"])
+    assert all(set(s) == PROMPT_SET_KEYS for s in data["prompt_sets"])
+    assert all(set(g) == GENERATION_KEYS for g in data["generations"])
+    assert data["forward_times"][0]["verifier_ms"] == {"1": 60.0, "5": 90.0}
+    assert len(data["cells"]) == 6
+    for cell in data["cells"]:
+        assert set(cell) == set(CELL_KEYS)
+        for key, kind in CELL_KEYS.items():
+            assert isinstance(cell[key], kind), (key, cell[key])
+        assert set(cell["tokens_per_s"]) == SPREAD_KEYS == set(cell["tokens_per_s_e2e"])
+    assert set(data["best_k"][0]) == {"method", "temperature", "k", "speedup"}
+
+
+def test_table1_layout(synthetic_result):
+    cells = to_json(synthetic_result, INFO)["cells"]
+    lines = table1(cells, ["chat", "code", "math"], 0.0).splitlines()
+    assert lines[0] == "| Method | τ chat | τ code | τ math | Mean τ | Mean speed-up |"
+    assert lines[1] == "|---|---|---|---|---|---|"
+    assert lines[2] == "| verifier | 1.00 | 1.00 | – | 1.00 | 1.00× |"
+    assert lines[3].startswith("| hf-generate | 1.00 | 1.00 | – | 1.00 | 0.95× |")
+    # self: 9 decode tokens in 250 ms (chat) and 400 ms (code) vs 900 ms → 3.60× and 2.25×, mean 2.92×
+    assert lines[4] == "| self (k=4) | 5.00 | 5.00 | – | 5.00 | 2.92× |"
+    assert len(lines) == 5
+
+
+def test_markdown_report_sections(synthetic_result):
+    text = markdown_report(to_json(synthetic_result, INFO))
+    for needle in (
+        "# sd2 benchmark",
+        "command: `sd2 bench --quick`",
+        "## T = 0: τ per prompt set",
+        "### T = 0: details",
+        "## Best k on this machine",
+        "## Isolated forward times",
+        "T_v(5) = 90.0",
+    ):
+        assert needle in text
+    assert "demo prompts" not in text

@@ -1,0 +1,161 @@
+"""The harness on the tiny random pair: identical greedy ids across runners, forward timing, a full
+--quick run through `sd2 bench` writing JSON / Markdown / HTML. No assertion depends on speed."""
+
+import json
+
+import pytest
+
+from sd2.bench.forward import measure_forward_times, time_forward
+from sd2.bench.harness import make_runner
+from sd2.bench.plan import Cell, resolve_methods
+from sd2.bench.prompts import BenchPrompt
+from sd2.cli import main
+from sd2.config import DecodeConfig
+from sd2.engine import Engine
+
+PROMPTS = [
+    BenchPrompt("a", prompt="Tell me a short story about a cat."),
+    BenchPrompt("b", messages=({"role": "user", "content": "def add(a, b):"},)),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_pair_dir):
+    verifier_dir, drafter_dir = tiny_pair_dir
+    return Engine.load(str(verifier_dir), {"d": str(drafter_dir)}, device="cpu")
+
+
+def run(engine, method, k, prompt, max_new_tokens=12, temperature=0.0):
+    (spec,) = resolve_methods([method], list(engine.drafters))
+    decode = DecodeConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=3)
+    return make_runner(engine, Cell(spec, k if spec.speculative else None))(prompt, decode)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: p.id)
+def test_greedy_ids_identical_across_runners(engine, prompt):
+    ours = run(engine, "verifier", 3, prompt)
+    assert ours.n_tokens == 12 or set(ours.token_ids[-1:]) <= engine.stop_ids
+    for method in ("hf-generate", "hf-assisted:d", "hf-assisted:self", "self", "d"):
+        assert run(engine, method, 3, prompt).token_ids == ours.token_ids, method
+
+
+def test_hf_generate_stops_where_ours_stops(engine):
+    """Make the verifier's first greedy token a stop id: both must emit exactly that one token."""
+    prompt = PROMPTS[0]
+    first = run(engine, "verifier", 3, prompt, max_new_tokens=1).token_ids[0]
+    saved = engine.stop_ids
+    engine.stop_ids = frozenset({first})
+    try:
+        assert run(engine, "verifier", 3, prompt).token_ids == (first,)
+        assert run(engine, "hf-generate", 3, prompt).token_ids == (first,)
+    finally:
+        engine.stop_ids = saved
+
+
+def test_stats_of_each_runner(engine):
+    prompt = PROMPTS[0]
+    spec = run(engine, "self", 3, prompt, max_new_tokens=13)  # prefill token + 3 full blocks of 4
+    assert spec.judged_blocks == 3 and spec.judged_tokens == 12 and spec.histogram == (0, 0, 0, 3)
+    assert spec.accepted == spec.drafted == 9 and spec.overlap_count == spec.overlap_sum == 9
+    assert 0 < spec.prefill_ms < spec.wall_ms
+    hf = run(engine, "hf-assisted:self", 3, prompt, max_new_tokens=13)  # HF: 4 + 4 + 4 + a cut block of 1
+    assert hf.n_tokens == 13 and (hf.judged_blocks, hf.judged_tokens) == (3, 12)
+    plain = run(engine, "hf-generate", 3, prompt, max_new_tokens=13)
+    assert plain.n_tokens == 13 and plain.judged_blocks == plain.judged_tokens == 12
+
+
+def test_hf_assisted_restores_the_assistant_settings(engine):
+    config = engine.drafters["d"].model.generation_config
+    before = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
+    run(engine, "hf-assisted:d", 5, PROMPTS[0])
+    assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == before
+
+
+def test_sampling_runs_for_every_runner(engine):
+    for method in ("verifier", "hf-generate", "hf-assisted:d", "d"):
+        stats = run(engine, method, 2, PROMPTS[1], temperature=1.0)
+        assert 1 <= stats.n_tokens <= 12
+
+
+def test_forward_times(engine):
+    ids = engine.encode(PROMPTS[0].request("verifier", DecodeConfig()))
+    times = time_forward(engine.verifier, ids, 4, repeats=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    forward = measure_forward_times(
+        "s",
+        engine.verifier,
+        {"self": engine.verifier, "d": engine.drafters["d"].model},
+        [ids],
+        ks=[2, 3],
+        repeats=2,
+    )
+    assert sorted(forward.verifier_ms) == [1, 3, 4]
+    assert forward.drafter_ms["self"] == forward.verifier_ms[1] and forward.drafter_ms["d"] > 0
+
+
+def test_quick_bench_end_to_end(tiny_pair_dir, tmp_path, capsys):
+    verifier_dir, drafter_dir = tiny_pair_dir
+    prompts_dir = tmp_path / "prompts"
+    prompts_dir.mkdir()
+    (prompts_dir / "chat.jsonl").write_text(
+        "".join(json.dumps({"id": f"c{i}", "prompt": f"Hello! Tell me story {i}."}) + "\n" for i in range(3))
+    )
+    out = tmp_path / "out"
+    code = main(
+        [
+            "bench",
+            "--verifier",
+            str(verifier_dir),
+            "--drafter",
+            f"d={drafter_dir}",
+            "--quick",
+            "--methods",
+            "verifier",
+            "hf-generate",
+            "self",
+            "hf-assisted",
+            "hf-assisted:self",
+            "d",
+            "--prompts-dir",
+            str(prompts_dir),
+            "--prompt-sets",
+            "chat",
+            "demo",
+            "--k",
+            "2",
+            "--max-prompts",
+            "1",
+            "--max-new-tokens",
+            "10",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    cells = {(c["method"], c["prompt_set"]): c for c in data["cells"]}
+    assert {m for m, _ in cells} == {
+        "verifier",
+        "hf-generate",
+        "self",
+        "hf-assisted:d",
+        "hf-assisted:self",
+        "d",
+    }
+    assert [(s["name"], s["n_prompts"], s["demo"]) for s in data["prompt_sets"]] == [
+        ("chat", 1, False),
+        ("demo", 1, True),
+    ]
+    for prompt_set in ("chat", "demo"):
+        for method in ("self", "hf-assisted:self"):  # the verifier as its own drafter: τ = k + 1
+            assert cells[(method, prompt_set)]["tau"] == pytest.approx(3.0)
+        assert cells[("self", prompt_set)]["forward_ceiling"] > 0
+        for method in ("hf-generate", "self", "hf-assisted:d", "d"):
+            assert cells[(method, prompt_set)]["greedy_match"] == 1.0
+    timed = [g for g in data["generations"] if g["repeat"] >= 0]
+    assert len(timed) == 6 * 2 * 2  # methods × sets × repetitions, one prompt each
+    markdown = (out / "bench.md").read_text()
+    assert "| Method | τ chat | τ demo | Mean τ | Mean speed-up |" in markdown
+    assert "demo prompts, not a benchmark set" in markdown
+    assert (out / "bench.html").read_text().count("plotly") > 0
+    assert "| self (k=2) | 3.00 | 3.00 | 3.00 |" in capsys.readouterr().out
