@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from sd2.sampling import Warp
 
 MAX_K = 64  # beyond this a chain draft is all cost: acceptance of position i decays like α^i
+# Below this a positive temperature samples like greedy anyway, while logits / T overflows float32
+# and softmax returns NaN; use 0 for greedy.
+MIN_TEMPERATURE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,12 @@ class DecodeConfig:
         _check(
             isinstance(self.k, int) and 1 <= self.k <= MAX_K, "k", f"must be an integer in 1..{MAX_K}", self.k
         )
-        _check(self.temperature >= 0, "temperature", "must be ≥ 0 (0 means greedy)", self.temperature)
+        _check(
+            self.temperature == 0 or self.temperature >= MIN_TEMPERATURE,
+            "temperature",
+            f"must be 0 (greedy) or ≥ {MIN_TEMPERATURE}",
+            self.temperature,
+        )
         _check(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "must be an integer ≥ 0", self.top_k)
         _check(0 < self.top_p <= 1, "top_p", "must be in (0, 1]", self.top_p)
         _check(

@@ -10,9 +10,6 @@ Then everything is aggregated into one BenchReport.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +22,7 @@ from sd2.bench.plan import SELF, BenchPlan, Cell
 from sd2.bench.prompts import PromptSet
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
+from sd2.memory import release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +39,7 @@ class BenchResult:
     best_k: list[dict]
 
 
-def trim_memory() -> None:
-    """Collect garbage and hand freed heap back to the OS (glibc), before anything is timed.
-
-    Measured here: after rebuilding the chat prompt set (≈100 MB of ShareGPT JSON parsed), a cached
-    verifier forward took ≈250 ms instead of ≈57 ms until `malloc_trim(0)`; the glibc heap left by
-    the parse slows every torch allocation that follows.
-    """
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+trim_memory = release_freed_memory  # see sd2.memory: a parsed corpus leaves a heap that slows torch
 
 
 def make_runner(engine: Engine, cell: Cell) -> Runner:

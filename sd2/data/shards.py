@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from sd2.data.atomic import atomic_path, write_text
 from sd2.data.examples import Example
 from sd2.embedded import sd2_home
+from sd2.memory import release_freed_memory
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -169,4 +170,5 @@ def cached_shards(
             return folder
         raise ValueError(f"{folder} was built with another tokenizer: delete it and rebuild")
     build_shards(examples(), folder, tokenizer, config, source)
+    release_freed_memory()  # building from a parsed corpus leaves a heap that slows torch (sd2.memory)
     return folder

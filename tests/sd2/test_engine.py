@@ -112,6 +112,7 @@ def test_unknown_method_lists_the_available_ones(engine):
     [
         ({"k": 0}, "k"),
         ({"temperature": -0.1}, "temperature"),
+        ({"temperature": 1e-9}, "temperature"),  # would overflow logits / T into NaN
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
