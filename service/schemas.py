@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sd2.config import MAX_K
+from sd2.config import MAX_K, MIN_TEMPERATURE
 from service.settings import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
@@ -34,7 +34,10 @@ class DecodeSettings(BaseModel):
 
     k: int = Field(8, ge=1, le=MAX_K, description="drafts per block")
     temperature: float = Field(
-        0.0, ge=0, le=100, description="0 = greedy: output equals the verifier's greedy"
+        0.0,
+        ge=0,
+        le=100,
+        description=f"0 = greedy: output equals the verifier's greedy; otherwise ≥ {MIN_TEMPERATURE}",
     )
     top_k: int = Field(0, ge=0, description="0 = off; applied to verifier and drafter alike (lossless)")
     top_p: float = Field(1.0, gt=0, le=1, description="1 = off")

@@ -1,0 +1,34 @@
+"""Regression tests for the 5xx the schemathesis pass (test_fuzz.py) found, one per finding."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.conftest import PROMPT, table_counts
+
+OK = {"prompt": PROMPT, "method": "tiny", "k": 4, "max_new_tokens": 8}
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 6.551875915667392e-159, 1e-40, 1e-5])
+@pytest.mark.parametrize(("path", "extra"), [("/generate", {}), ("/compare", {"methods": ["verifier"]})])
+def test_a_vanishing_positive_temperature_is_a_4xx_not_a_failed_run(
+    client, settings, path, extra, temperature
+):
+    # Found by the fuzz pass: 0 < T below float32's range made logits / T overflow, softmax gave NaN
+    # and the run failed mid-decoding (500, a failed run stored). It is a bad input: 422, nothing stored.
+    # (sd2.config.DecodeConfig now refuses 0 < T < MIN_TEMPERATURE; the service names the field.)
+    body = {**OK, "temperature": temperature, **extra}
+    if "methods" in extra:
+        del body["method"]
+    before = table_counts(settings)
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "temperature"]
+    assert table_counts(settings) == before
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1e-3, 0.05])
+def test_greedy_and_small_sampling_temperatures_still_decode(client, temperature):
+    response = client.post("/generate", json={**OK, "temperature": temperature})
+    assert response.status_code == 200, response.text
+    assert response.json()["config"]["temperature"] == temperature

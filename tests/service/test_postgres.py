@@ -1,0 +1,85 @@
+"""The same service on PostgreSQL (DESIGN.md §7, the compose `postgres` profile): opt-in.
+
+Set SD2_TEST_POSTGRES_URL to a server where the user may create databases, e.g.
+`postgresql+psycopg://sd2@127.0.0.1:5432/sd2`; each test creates a fresh database next to the named
+one and drops it afterwards. Skipped without the variable or without psycopg (`.[postgres]`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from service.app import create_app
+from tests.service.conftest import PROMPT, live_server
+
+ADMIN_URL = os.environ.get("SD2_TEST_POSTGRES_URL")
+pytestmark = pytest.mark.skipif(not ADMIN_URL, reason="set SD2_TEST_POSTGRES_URL to test on PostgreSQL")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    pytest.importorskip("psycopg")
+    name = f"sd2_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_settings(settings, postgres_url):
+    return replace(settings, database_url=postgres_url)
+
+
+def test_every_resource_works_on_postgres_and_survives_a_restart(pg_settings):
+    with TestClient(create_app(pg_settings)) as client:
+        health = client.get("/health").json()
+        assert health["database"] is True
+        run = client.post("/generate", json={"prompt": PROMPT, "method": "tiny", "max_new_tokens": 8}).json()
+        lines = client.post(
+            "/generate", json={"prompt": PROMPT, "method": "tiny", "max_new_tokens": 8, "stream": True}
+        ).text.splitlines()
+        assert lines[-1].startswith('{"event": "summary"')
+        compared = client.post("/compare", json={"prompt": PROMPT, "methods": ["verifier", "tiny"]}).json()
+        assert len({r["text"] for r in compared["results"]}) == 1  # greedy: same text for every method
+        stored = client.get(f"/runs/{run['run_id']}").json()
+        assert stored["token_ids"] == run["token_ids"] and stored["blocks"] == run["blocks"]
+        assert client.get(f"/runs/{run['run_id']}/export", params={"format": "csv"}).status_code == 200
+        assert {r["method"] for r in client.get("/stats").json()} == {"verifier", "tiny"}
+        assert client.delete(f"/runs/{run['run_id']}").status_code == 204
+        total = client.get("/runs").json()["total"]
+        assert total == 3  # 1 streamed + 2 compared
+    with TestClient(create_app(pg_settings)) as client:  # restart on the same database
+        assert client.get("/runs").json()["total"] == total
+
+
+def test_concurrent_generates_on_postgres_store_complete_traces(pg_settings):
+    with live_server(create_app(pg_settings)) as url:
+
+        def one(i: int) -> dict:
+            body = {"prompt": PROMPT, "method": "tiny", "max_new_tokens": 12, "temperature": 1.0, "seed": i}
+            response = httpx.post(f"{url}/generate", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        with ThreadPoolExecutor(10) as pool:
+            results = list(pool.map(one, range(10)))
+        for result in results:
+            stored = httpx.get(f"{url}/runs/{result['run_id']}", timeout=30).json()
+            assert stored["blocks"] == result["blocks"] and stored["token_ids"] == result["token_ids"]
+        assert httpx.get(f"{url}/runs", timeout=30).json()["total"] == 10
