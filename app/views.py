@@ -1,0 +1,179 @@
+"""Pure helpers between the API's JSON and the widgets: request bodies, choices, tables, throttling."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.client import ApiClient
+
+DEMO_PROMPT = "Explain in three sentences why the sky is blue."
+RECIPE_LABELS = {"sd2": "SD² (steered)", "distill": "distilled", "pretrain": "pretrained"}
+RUN_COLUMNS = ["id", "created", "method", "status", "tokens", "τ", "acceptance", "α̂", "tok/s", "prompt"]
+
+
+def decode_body(
+    prompt: str,
+    k: float,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: float,
+    seed: float | None,
+    steering: bool,
+    history: Sequence[dict] | None = None,
+) -> dict:
+    """The shared /generate and /compare body; with a chat history, `messages` replaces `prompt`."""
+    body: dict[str, Any] = {
+        "k": int(k),
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": None if seed is None else int(seed),
+        "steering": bool(steering),
+    }
+    if history:
+        body["messages"] = [*_plain(history), {"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def _plain(history: Sequence[dict]) -> list[dict]:
+    """Chatbot messages → API messages (role and text content only)."""
+    return [{"role": m["role"], "content": str(m["content"])} for m in history if m.get("content")]
+
+
+def drafter_label(drafter: dict) -> str:
+    recipe = RECIPE_LABELS.get(drafter.get("recipe") or "", drafter.get("recipe") or "drafter")
+    steer = ", steered" if drafter.get("steering") and drafter.get("recipe") != "sd2" else ""
+    return f"{drafter['name']} — {recipe}{steer}, {drafter.get('n_params', 0) / 1e6:.1f} M"
+
+
+def method_choices(methods: Sequence[str], drafters: Sequence[dict]) -> list[tuple[str, str]]:
+    """(label, value) pairs: drafters first (with recipe and size), then self and the verifier alone."""
+    described = {d["name"]: drafter_label(d) for d in drafters}
+    special = {
+        "verifier": "verifier — no drafter (baseline)",
+        "self": "self — the verifier drafts for itself",
+    }
+    ordered = [m for m in methods if m in described] + [m for m in methods if m not in described]
+    return [(described.get(m) or special.get(m, m), m) for m in ordered]
+
+
+def default_method(methods: Sequence[str], drafters: Sequence[dict]) -> str:
+    """The SD² drafter when one is loaded, else the first drafter, else the verifier."""
+    names = [d["name"] for d in drafters if d["name"] in methods]
+    steered = [
+        d["name"] for d in drafters if d["name"] in names and (d.get("recipe") == "sd2" or d.get("steering"))
+    ]
+    return (steered or names or ["verifier"])[0]
+
+
+def default_compare(methods: Sequence[str], drafters: Sequence[dict]) -> list[str]:
+    """Up to three methods: one per recipe (pretrained, distilled, SD²) if loaded, filled up with others."""
+    by_recipe: dict[str | None, str] = {}
+    for d in drafters:  # the first drafter of each recipe (config-loaded ones come first)
+        if d["name"] in methods:
+            by_recipe.setdefault(d.get("recipe"), d["name"])
+    picked = [by_recipe[r] for r in ("pretrain", "distill", "sd2") if r in by_recipe]
+    rest = [d["name"] for d in drafters if d["name"] in methods] + ["verifier", "self"]
+    for name in rest:
+        if len(picked) < 3 and name not in picked and name in methods:
+            picked.append(name)
+    return picked
+
+
+def verifier_tps(stats: Sequence[dict]) -> float | None:
+    """Mean decode tokens/s of stored verifier-only runs, weighted by run count (None if none)."""
+    rows = [r for r in stats if r.get("method") == "verifier" and r.get("tokens_per_s")]
+    runs = sum(r["n_runs"] for r in rows)
+    return sum(r["tokens_per_s"] * r["n_runs"] for r in rows) / runs if runs else None
+
+
+def runs_rows(page: dict) -> list[list[Any]]:
+    """GET /runs items as table rows in RUN_COLUMNS order."""
+    return [
+        [
+            r["id"],
+            str(r["created_at"])[:19].replace("T", " "),
+            r["method"],
+            r["status"],
+            r.get("n_tokens"),
+            _round(r.get("tau"), 2),
+            _round(None if r.get("acceptance_rate") is None else 100 * r["acceptance_rate"], 0),
+            _round(r.get("alpha_hat"), 2),
+            _round(r.get("tokens_per_s"), 1),
+            _prompt_of(r)[:80],
+        ]
+        for r in page.get("items", [])
+    ]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _prompt_of(run: dict) -> str:
+    if run.get("prompt"):
+        return run["prompt"]
+    messages = run.get("messages") or []
+    return messages[-1]["content"] if messages else ""
+
+
+def theory_points(runs: Sequence[dict], baseline_tps: float | None) -> list[dict]:
+    """Measured runs for the theory plots: α̂, τ, k and speed-up over the verifier's mean tokens/s."""
+    points = []
+    for r in runs:
+        if r.get("alpha_hat") is None or r.get("method") == "verifier":
+            continue
+        tps = r.get("tokens_per_s")
+        speed = tps / baseline_tps if tps and baseline_tps else None
+        points.append(
+            {
+                "id": r["id"],
+                "method": r["method"],
+                "k": r["config"]["k"],
+                "alpha_hat": r["alpha_hat"],
+                "tau": r.get("tau"),
+                "speedup": speed,
+            }
+        )
+    return points
+
+
+@dataclass
+class Throttle:
+    """True at most once per `interval_s`: each streamed update ships whole figures to the browser."""
+
+    interval_s: float
+    _last: float = field(default=0.0)
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if now - self._last >= self.interval_s:
+            self._last = now
+            return True
+        return False
+
+
+def stream_blocks(
+    client: ApiClient, body: dict, interval_s: float
+) -> Iterator[tuple[list[dict], dict | None]]:
+    """(blocks so far, None) at most every interval_s while decoding, then (all blocks, summary)."""
+    blocks: list[dict] = []
+    throttle = Throttle(interval_s)
+    for event in client.generate_stream(body):
+        if event.get("event") == "block":
+            blocks.append(event["block"])
+            if throttle.ready():
+                yield blocks, None
+        elif event.get("event") == "summary":
+            yield blocks, event
+            return
+
+
+def job_points(job: dict, points: list[dict]) -> list[dict]:
+    """Accumulate the new metric points of one /train stream line."""
+    return [*points, *job.get("points", [])]

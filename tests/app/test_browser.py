@@ -1,0 +1,134 @@
+"""Real headless Chromium against the live service with the UI mounted at `/` (see conftest)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def _plot_points(page, elem_id: str) -> int:
+    """Number of x values in the first trace of the Plotly figure inside #elem_id (0 if none)."""
+    return page.evaluate(
+        """(id) => { const gd = document.querySelector(`#${id} .js-plotly-plot`);
+                     return gd && gd.data && gd.data.length ? (gd.data[0].x || []).length : 0; }""",
+        elem_id,
+    )
+
+
+def test_page_loads_without_leaving_loopback(ui):
+    ui.open()
+    ui.page.wait_for_selector("#sd2-server .sd2-ok")  # /health answered through the UI's client
+    ui.page.wait_for_timeout(1000)  # late requests (fonts, analytics) would show up here
+    for name in ("Compare", "Train", "History", "Theory"):
+        ui.tab(name)
+        ui.page.wait_for_timeout(300)
+    external = [
+        u
+        for u in ui.urls
+        if urlparse(u).scheme in ("http", "https", "ws", "wss") and urlparse(u).hostname not in LOOPBACK
+    ]
+    assert ui.urls, "no requests were recorded at all"
+    assert external == []
+
+
+def test_generate_streams_coloured_tokens_and_a_growing_plot(ui):
+    ui.open()
+    ui.page.fill("#gen-prompt textarea", "Tell me a short story about a cat.")
+    # Record the plot's bar count every 30 ms in the page itself, so no repaint is missed.
+    ui.page.evaluate(
+        """() => {
+            window.sd2Seen = [];
+            setInterval(() => {
+                const gd = document.querySelector('#gen-acc .js-plotly-plot');
+                window.sd2Seen.push(gd && gd.data ? (gd.data[0].x || []).length : 0);
+            }, 30);
+        }"""
+    )
+    ui.page.click("#gen-run")
+    ui.page.wait_for_selector("#gen-status .sd2-ok", timeout=90_000)
+    final = _plot_points(ui.page, "gen-acc")
+    seen = ui.page.evaluate("window.sd2Seen")
+    partial = sorted({n for n in seen if 0 < n < final})
+    assert len(partial) >= 2, f"the plot did not grow while decoding: {sorted(set(seen))}"
+    assert ui.page.locator("#gen-trace .sd2-tok").count() > 0
+    assert ui.page.locator("#gen-trace .sd2-block").count() == final + 1  # + the prefill block
+    colour = ui.page.eval_on_selector("#gen-trace .sd2-tok", "el => getComputedStyle(el).color")
+    assert colour in {"rgb(21, 128, 61)", "rgb(220, 38, 38)", "rgb(37, 99, 235)", "rgb(139, 147, 158)"}
+    assert "run #" in ui.page.inner_text("#gen-status")
+    ui.screenshot("generate")
+
+
+def test_compare_shows_three_columns_and_says_text_is_identical_at_t0(ui):
+    ui.open()
+    ui.tab("Compare")
+    ui.page.click("#cmp-run")
+    ui.page.wait_for_selector("#cmp-columns .sd2-col", timeout=90_000)
+    methods = ui.page.eval_on_selector_all("#cmp-columns .sd2-col", "els => els.map(e => e.dataset.method)")
+    assert methods == ["pretrained", "distilled", "sd2"]  # one per recipe, by default
+    assert "identical" in ui.page.inner_text("#cmp-note")
+    assert ui.page.locator("#cmp-columns .sd2-col").nth(2).locator(".sd2-tok").count() > 0
+    assert _plot_points(ui.page, "cmp-bars") == 3
+    ui.screenshot("compare")
+
+
+def test_training_job_runs_shows_its_curve_and_its_drafter_becomes_selectable(ui):
+    ui.open()
+    ui.tab("Train")
+    ui.page.locator("#train-name").get_by_role("textbox").fill("ui-trained")
+    ui.page.locator("#train-steps").get_by_role("spinbutton").fill("30")
+    ui.page.click("#train-run")
+    ui.page.wait_for_selector("#train-progress [data-status=succeeded]", timeout=120_000)
+    assert _plot_points(ui.page, "train-curve") == 30  # one loss point per step
+    status = ui.page.wait_for_selector("#train-status .sd2-ok")  # after the drafter list refreshed
+    assert "now selectable" in status.inner_text()
+    ui.screenshot("train")
+    ui.tab("Generate")
+    ui.page.click("#gen-method input")
+    assert ui.page.get_by_role("option", name="ui-trained").count() == 1
+
+
+def test_invalid_inputs_show_the_api_message(ui):
+    ui.open()
+    ui.page.fill("#gen-prompt textarea", "")
+    ui.page.click("#gen-run")
+    error = ui.page.wait_for_selector("#gen-status .sd2-error")
+    assert "prompt: String should have at least 1 character" in error.inner_text()
+    ui.tab("Train")
+    ui.page.locator("#train-name").get_by_role("textbox").fill("sd2")  # taken: a loaded drafter
+    ui.page.click("#train-run")
+    error = ui.page.wait_for_selector("#train-status .sd2-error")
+    assert "name: a drafter or job named 'sd2' already exists" in error.inner_text()
+
+
+def test_history_reopens_a_run_and_theory_plots_measured_runs(ui, live_ui):
+    import httpx
+
+    for method in ("verifier", "sd2"):
+        body = {"prompt": "Why is the sky blue?", "method": method, "max_new_tokens": 48}
+        httpx.post(f"{live_ui}/generate", json=body, timeout=60).raise_for_status()
+    ui.open()
+    ui.tab("History")
+    cell = ui.page.locator("#hist-table [role=gridcell]").filter(has_text="sd2").first
+    cell.click()
+    ui.page.wait_for_selector("#hist-trace .sd2-tok")
+    assert "run #" in ui.page.inner_text("#hist-info")
+    ui.screenshot("history")
+    ui.tab("Theory")
+    ui.page.wait_for_function(
+        "document.querySelector('#theory-tau .js-plotly-plot')?.data.some(t => t.mode === 'markers')"
+    )
+    assert "measured runs plotted" in ui.page.inner_text("#theory-readout")
+    ui.page.wait_for_timeout(500)  # let the pending fade of the plots finish before the screenshot
+    ui.screenshot("theory")
+
+
+def test_large_font_toggle(ui):
+    ui.open()
+    ui.page.click("#sd2-large input")
+    ui.page.wait_for_function("document.body.classList.contains('sd2-large')")
+    ui.page.wait_for_selector("#gen-acc .js-plotly-plot")
+    ui.screenshot("generate-large")

@@ -1,0 +1,79 @@
+"""The API client and the mount, against the live service (tiny pair, UI at `/`) over real HTTP."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app import views
+from app.client import ApiClient, ApiError, error_message
+
+
+@pytest.fixture
+def client(live_ui) -> ApiClient:
+    c = ApiClient(live_ui)
+    yield c
+    c.close()
+
+
+def test_mounting_the_ui_at_root_leaves_the_api_routes_answering(live_ui):
+    assert httpx.get(f"{live_ui}/health").json()["status"] == "ok"
+    assert "/generate" in httpx.get(f"{live_ui}/openapi.json").json()["paths"]
+    assert httpx.get(f"{live_ui}/runs/999999").status_code == 404  # the API's 404, not the UI's page
+    page = httpx.get(f"{live_ui}/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "gradio" in page.text.lower()
+
+
+def test_stream_yields_blocks_then_a_summary_whose_totals_match(client):
+    events = list(client.generate_stream({"prompt": "Hi!", "method": "sd2", "k": 4, "max_new_tokens": 24}))
+    *blocks, summary = events
+    assert {e["event"] for e in blocks} == {"block"} and summary["event"] == "summary"
+    assert sum(e["block"]["n_emitted"] for e in blocks) == summary["metrics"]["n_tokens"]
+    assert client.run(summary["run_id"])["method"] == "sd2"
+
+
+def test_api_errors_carry_the_field_and_message(client):
+    with pytest.raises(ApiError) as err:
+        client.generate({"prompt": "Hi", "method": "sd2", "k": 0})
+    assert err.value.status_code == 422 and err.value.message.startswith("k: ")
+    with pytest.raises(ApiError, match="max_new_tokens must be ≤ 256 on this server"):
+        list(client.generate_stream({"prompt": "Hi", "method": "sd2", "max_new_tokens": 999}))
+    with pytest.raises(ApiError, match="no run 987654"):
+        client.run(987654)
+
+
+def test_unreachable_api_is_a_readable_error():
+    with pytest.raises(ApiError, match="cannot reach the sd2 API"):
+        ApiClient("http://127.0.0.1:9").health()
+
+
+def test_error_message_shapes():
+    assert error_message({"detail": "runs failed: x"}) == "runs failed: x"
+    detail = [{"loc": ["body"], "msg": "Value error, prompt: give exactly one of prompt or messages"}]
+    assert error_message({"detail": detail}) == "prompt: give exactly one of prompt or messages"
+    assert error_message({"detail": [{"loc": ["query", "limit"], "msg": "too big"}]}) == "limit: too big"
+
+
+def test_defaults_pick_the_sd2_drafter_and_one_method_per_recipe(client):
+    methods, drafters = client.health()["methods"], client.drafters()
+    assert views.default_method(methods, drafters) == "sd2"
+    assert views.default_compare(methods, drafters)[:3] == ["pretrained", "distilled", "sd2"]
+    assert views.default_method(["verifier", "self"], []) == "verifier"
+    labels = dict((value, label) for label, value in views.method_choices(methods, drafters))
+    assert labels["sd2"].startswith("sd2 — SD² (steered)") and labels["verifier"].startswith("verifier")
+
+
+def test_decode_body_sends_history_as_messages():
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    body = views.decode_body("And then?", 4, 0.0, 1.0, 32, 0, True, history)
+    assert "prompt" not in body and body["messages"][-1] == {"role": "user", "content": "And then?"}
+    assert views.decode_body("Hi", 4.0, 0, 1, 32.0, None, False)["seed"] is None
+
+
+def test_sd2_ui_command_is_wired():
+    from sd2.cli import build_parser
+
+    args = build_parser().parse_args(["ui", "--api", "http://127.0.0.1:8123", "--port", "7999"])
+    assert (args.api, args.host, args.port) == ("http://127.0.0.1:8123", "127.0.0.1", 7999)
+    assert callable(args.func)

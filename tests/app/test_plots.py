@@ -1,0 +1,86 @@
+"""Plot builders: the figures carry the numbers they claim to show."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app import plots
+
+
+def _block(index: int, accepted: int, k: int = 4, kind: str = "speculative", complete: bool = True, **extra):
+    return {"index": index, "kind": kind, "k": k, "n_accepted": accepted, "complete": complete, **extra}
+
+
+def test_running_tau_counts_only_complete_decode_blocks():
+    blocks = [_block(0, 0, k=0, kind="prefill"), _block(1, 3), _block(2, 1), _block(3, 4, complete=False)]
+    assert plots.running_tau(blocks) == [None, 4.0, 3.0, 3.0]
+
+
+def test_acceptance_plot_has_one_bar_per_decode_block_and_the_running_tau():
+    blocks = [_block(0, 0, k=0, kind="prefill"), _block(1, 3), _block(2, 4), _block(3, 0)]
+    fig = plots.acceptance_plot(blocks)
+    bars, tau = fig.data
+    assert list(bars.x) == [1, 2, 3] and list(bars.y) == [3, 4, 0]
+    assert list(tau.y) == pytest.approx([4.0, 4.5, 10 / 3])
+    assert bars.marker.color[1] == plots.GREEN  # a fully accepted block is the strong green
+
+
+def test_empty_figures_explain_themselves():
+    for fig in (plots.acceptance_plot([]), plots.steering_plot([_block(1, 2)]), plots.train_plot([])):
+        assert not fig.data and fig.layout.annotations
+
+
+def test_steering_plot_has_the_norm_and_one_line_per_layer():
+    blocks = [_block(i, 1, steering_norm=1.0 + i, layer_bias_norms=[0.1 * i, 0.2 * i]) for i in (1, 2, 3)]
+    fig = plots.steering_plot(blocks)
+    assert [t.name for t in fig.data] == ["‖g‖", "bias layer 0", "bias layer 1"]
+    assert list(fig.data[0].y) == [2.0, 3.0, 4.0] and list(fig.data[2].y) == pytest.approx([0.2, 0.4, 0.6])
+
+
+def _result(method: str, tau: float, tps: float, unconditional: list[float]) -> dict:
+    conditional = [u / p for u, p in zip(unconditional, [1.0, *unconditional[:-1]], strict=True)]
+    metrics = {"tau": tau, "tokens_per_s": tps, "per_position_unconditional": unconditional,
+               "per_position_conditional": conditional}  # fmt: skip
+    return {"method": method, "metrics": metrics}
+
+
+def test_compare_bars_and_position_curves():
+    results = [_result("pretrained", 1.5, 20.0, [0.4, 0.1]), _result("sd2", 3.0, 35.0, [0.9, 0.8])]
+    bars = plots.compare_bars(results)
+    assert [list(t.y) for t in bars.data] == [[1.5, 3.0], [20.0, 35.0]]
+    curves = plots.position_curves(results)
+    assert [t.name for t in curves.data][::2] == ["pretrained P(≥ i)", "sd2 P(≥ i)"]
+    assert list(curves.data[2].y) == [0.9, 0.8] and list(curves.data[3].y) == pytest.approx([0.9, 0.8 / 0.9])
+
+
+@pytest.mark.parametrize(("alpha", "k", "tau"), [(0.0, 8, 1.0), (1.0, 8, 9.0), (0.5, 2, 1.75)])
+def test_expected_tau_closed_form(alpha, k, tau):
+    assert plots.expected_tau(alpha, k) == pytest.approx(tau)
+
+
+def test_speedup_matches_leviathan_and_theory_plots_carry_measured_runs():
+    assert plots.speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
+    measured = [
+        {"id": 1, "method": "sd2", "k": 8, "alpha_hat": 0.7, "tau": 2.9, "speedup": 1.4},
+        {"id": 2, "method": "pretrained", "k": 8, "alpha_hat": 0.3, "tau": 1.3, "speedup": None},
+    ]
+    tau_fig = plots.theory_tau([2, 8], measured)
+    assert [t.name for t in tau_fig.data] == ["k = 2", "k = 8", "measured: pretrained", "measured: sd2"]
+    curve = tau_fig.data[1]
+    assert curve.y[50] == pytest.approx(plots.expected_tau(curve.x[50], 8))
+    speed_fig = plots.theory_speedup(8, [0.0, 0.1], measured)
+    points = [t for t in speed_fig.data if t.mode == "markers"]
+    assert [(t.name, list(t.y)) for t in points] == [("measured: sd2", [1.4])]  # no speed-up, no dot
+    assert not any(math.isnan(v) for v in speed_fig.data[0].y)
+
+
+def test_train_plot_puts_losses_left_validation_right_and_skips_counters():
+    points = [{"step": s, "name": n, "value": v} for s in (1, 2) for n, v in
+              (("loss", 3.0 / s), ("lr", 1e-4), ("tokens", 200.0), ("agreement", 0.1 * s))]  # fmt: skip
+    points.append({"step": 2, "name": "val_tau", "value": 2.5})
+    fig = plots.train_plot(points)
+    assert [t.name for t in fig.data] == ["loss", "agreement", "val_tau"]
+    assert list(fig.data[0].y) == [3.0, 1.5] and fig.data[0].yaxis == "y"
+    assert fig.data[2].yaxis == "y2" and fig.data[2].mode == "markers"
