@@ -27,7 +27,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="decode one prompt and show the per-token trace")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (chat-templated unless --raw)")
     p.add_argument(
-        "--method", default=None, help="verifier, self, or a drafter name (default: the first drafter)"
+        "--method", default=None, help="verifier, self, or a drafter name (default: sd2 or the first drafter)"
     )
     p.add_argument(
         "--drafter", action="append", default=[], metavar="[NAME=]PATH", help="load a drafter folder"
@@ -59,7 +59,7 @@ def _generate(args: argparse.Namespace) -> int:
     decode = DecodeConfig(args.k, args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
     drafters = _parse_drafters(args.drafter)
     engine = Engine.load(args.verifier, drafters, device=args.device)
-    method = args.method or next(iter(drafters), "verifier")
+    method = args.method or next(iter(engine.drafters), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
         prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw
     )

@@ -24,6 +24,7 @@ from sd2.models import (
     stop_token_ids,
 )
 from sd2.prompts import encode_prompt
+from sd2.shipped import shipped_drafters
 from sd2.trace import Block
 
 VERIFIER_METHOD = "verifier"  # plain autoregressive decoding of the verifier: the baseline
@@ -97,14 +98,20 @@ class Engine:
         verifier: str | None = None,
         drafters: Mapping[str, str] | None = None,
         device: str | None = None,
+        shipped: bool = True,
     ) -> Engine:
-        """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}."""
+        """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
+
+        With the embedded verifier, the drafters shipped for it in assets/drafters are loaded too
+        (unless `shipped` is False); a drafter given by name replaces a shipped one of that name.
+        """
         placement = default_placement(device)
         path = resolve_model_path(verifier)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
+        wanted = {**(shipped_drafters() if shipped and verifier is None else {}), **(drafters or {})}
         loaded = {
             name: load_drafter(name, drafter_path, placement, model, tokenizer)
-            for name, drafter_path in (drafters or {}).items()
+            for name, drafter_path in wanted.items()
         }
         return cls(model, tokenizer, loaded, placement, verifier_name=verifier or "SmolLM2-135M-Instruct")
 

@@ -98,7 +98,7 @@ def synth_main(args: argparse.Namespace) -> int:
     config = SynthConfig(
         args.max_new_tokens, args.temperature, args.batch_size, args.seed, args.max_prompt_tokens
     )
-    engine = Engine.load(args.verifier, device=args.device)
+    engine = Engine.load(args.verifier, device=args.device, shipped=False)
     prompts = synth_prompts(
         _training_pool(args.source, args.split), engine.tokenizer, config.max_prompt_tokens
     )

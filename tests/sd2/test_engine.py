@@ -243,3 +243,15 @@ def test_cli_colours_tokens_by_status(tiny_pair_dir, capsys):
     assert render_blocks(result.blocks, colour=False, show_drafts=False) == "".join(
         t.text for b in result.blocks for t in b.emitted
     )
+
+
+def test_shipped_drafters_are_found_complete_only_and_best_first(tmp_path):
+    from sd2.shipped import shipped_drafters
+
+    for name in ("pretrained", "sd2", "custom", "partial"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        if name != "partial":
+            (tmp_path / name / "sd2_card.json").write_text("{}")
+    assert list(shipped_drafters(tmp_path)) == ["sd2", "pretrained", "custom"]
+    assert shipped_drafters(tmp_path / "missing") == {}
