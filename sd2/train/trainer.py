@@ -217,6 +217,8 @@ class Trainer:
             )
             results["val_tau"] = tau
         recipe.train()
+        shown = {name: round(value, 4) for name, value in results.items() if value is not None}
+        log.info("step %d validation: %s", self.step, shown)
         return results
 
     # --- checkpoints -------------------------------------------------------------------------
