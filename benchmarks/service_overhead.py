@@ -27,14 +27,10 @@ import argparse
 import os
 import platform
 import shlex
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,25 +58,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     return p.parse_args(argv)
-
-
-@contextmanager
-def live_service(app) -> Iterator[str]:
-    """uvicorn in a thread of this process on a free loopback port (the app's lifespan runs)."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def measure(args: argparse.Namespace, engine, url: str) -> dict[str, dict[str, list]]:
@@ -215,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from sd2.engine import Engine
     from service.app import create_app
     from service.settings import Settings
+    from service.threaded import serve_in_thread
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -224,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sd2-overhead-") as scratch:
         home = Path(scratch)
         settings = Settings(home=home, device=args.device)  # a real SQLite file: <scratch>/sd2.db
-        with live_service(create_app(settings, engine=engine)) as url:
+        with serve_in_thread(create_app(settings, engine=engine)) as url:
             data = measure(args, engine, url)
         return report(args, engine, data, home)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 
-def _parse_drafters(values: Sequence[str]) -> dict[str, str]:
+def parse_drafters(values: Sequence[str]) -> dict[str, str]:
     """--drafter PATH or NAME=PATH (repeatable); a bare path is named after its folder."""
     drafters = {}
     for value in values:
@@ -57,7 +57,7 @@ def _generate(args: argparse.Namespace) -> int:
     from sd2.engine import Engine, GenerateRequest
 
     decode = DecodeConfig(args.k, args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
-    drafters = _parse_drafters(args.drafter)
+    drafters = parse_drafters(args.drafter)
     engine = Engine.load(args.verifier, drafters, device=args.device)
     method = args.method or next(iter(engine.drafters), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
@@ -94,7 +94,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         from service.cli import serve  # the web stack is imported only by this command
 
-        return serve(args.host, args.port, _parse_drafters(args.drafter), ui=not args.no_ui)
+        return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui)
 
     p.set_defaults(func=run)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shlex
 import sys
 from dataclasses import replace
@@ -64,17 +63,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_drafters(values: list[str]) -> dict[str, str]:
-    """NAME=PATH (or a bare PATH, named after its folder) → {name: path}."""
-    drafters = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep:
-            path, name = value, os.path.basename(os.path.normpath(value))
-        drafters[name] = path
-    return drafters
-
-
 def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
     """Command-line arguments → BenchPlan (explicit options win over --quick and --k-sweep defaults)."""
     from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, quick_plan, resolve_methods
@@ -102,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from sd2.bench.harness import run_bench
     from sd2.bench.prompts import load_prompt_sets
     from sd2.bench.report import RunInfo, write_outputs
+    from sd2.cli import parse_drafters
     from sd2.embedded import sd2_home
     from sd2.engine import Engine
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 import sqlite3
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from service.threaded import serve_in_thread
 
 PROMPT = "Tell me a short story about a cat."
 
@@ -75,18 +71,4 @@ def table_counts(settings: Settings) -> dict[str, int]:
     return {t: count(settings, t) for t in tables}
 
 
-@contextmanager
-def live_server(app) -> Iterator[str]:
-    """uvicorn on a free loopback port in a thread (real sockets, real disconnects)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+live_server = serve_in_thread  # uvicorn on a free loopback port in a thread (real sockets, real disconnects)
