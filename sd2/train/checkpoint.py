@@ -108,3 +108,21 @@ def verify_checkpoint(folder: str | Path) -> dict:
 def load_trainer_state(folder: str | Path) -> dict | None:
     path = Path(folder) / TRAINER_STATE
     return torch.load(path, weights_only=False) if path.is_file() else None
+
+
+def export_checkpoint(source: str | Path, target: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """A shippable copy of a verified checkpoint: drafter weights cast to `dtype` (the steering head
+    stays fp32: it is small and steers every block), no trainer state, the same card."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sd2.steering import has_steering_head
+
+    card = verify_checkpoint(source)
+    drafter = AutoModelForCausalLM.from_pretrained(source)
+    head = SteeringHead.load(source) if has_steering_head(source) else None
+    tokenizer = AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer.json").is_file() else None
+    card = {key: value for key, value in card.items() if key != "files"} | {
+        "exported_from": str(source),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+    return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype)

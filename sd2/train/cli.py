@@ -67,3 +67,10 @@ def _import_official(args: argparse.Namespace) -> int:
 
     print(convert_official(Path(args.path), Path(args.out), args.drafter_config))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sd2.train.checkpoint import export_checkpoint
+
+    print(export_checkpoint(Path(args.source), Path(args.out)))
+    return 0

@@ -237,3 +237,18 @@ def test_official_checkpoint_round_trips(tmp_path):
     imported = AutoModelForCausalLM.from_pretrained(out)
     for name, tensor in drafter.state_dict().items():
         assert torch.equal(imported.state_dict()[name], tensor), name
+
+
+def test_export_writes_a_bf16_copy_without_trainer_state(tmp_path, data):
+    from sd2.train.checkpoint import export_checkpoint
+
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter)
+    out = Trainer(_config(tmp_path, "sd2", steps=2), drafter, verifier, data, head).run()
+    shipped = export_checkpoint(out, tmp_path / "shipped")
+    card = verify_checkpoint(shipped)
+    assert card["dtype"] == "bfloat16" and card["steps"] == 2 and not (shipped / "trainer_state.pt").exists()
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(shipped).dtype == torch.bfloat16
+    assert SteeringHead.load(shipped).w_s.dtype == torch.float32  # heads stay fp32 (small, exact)
