@@ -1,4 +1,4 @@
-"""`sd2 train pretrain|distill|sd2` and `sd2 import-official`."""
+"""`sd2 train pretrain|distill|sd2|export` and `sd2 import-official`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     for parser in (pretrain, distill, sd2):
         _common(parser)
         parser.set_defaults(func=_train)
+    export = objectives.add_parser("export", help="a shippable bf16 copy of a checkpoint (no trainer state)")
+    export.add_argument("source")
+    export.add_argument("--out", required=True)
+    export.set_defaults(func=_export)
     imp = sub.add_parser(
         "import-official", help="convert an ETH-DISCO/SD-square checkpoint into a drafter folder"
     )

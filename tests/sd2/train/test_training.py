@@ -246,6 +246,10 @@ def test_export_writes_a_bf16_copy_without_trainer_state(tmp_path, data):
     head = new_head_for(verifier, drafter)
     out = Trainer(_config(tmp_path, "sd2", steps=2), drafter, verifier, data, head).run()
     shipped = export_checkpoint(out, tmp_path / "shipped")
+    from sd2.cli import main
+
+    assert main(["train", "export", str(out), "--out", str(tmp_path / "via-cli")]) == 0
+    assert verify_checkpoint(tmp_path / "via-cli")["dtype"] == "bfloat16"
     card = verify_checkpoint(shipped)
     assert card["dtype"] == "bfloat16" and card["steps"] == 2 and not (shipped / "trainer_state.pt").exists()
     from transformers import AutoModelForCausalLM
