@@ -69,7 +69,7 @@ def _generate(args: argparse.Namespace) -> int:
     colour = not args.no_color and sys.stdout.isatty()
     for item in engine.stream(request):
         if hasattr(item, "drafts"):
-            print(render_blocks([item], colour=colour), end="", flush=True)
+            print(render_blocks([item], colour=colour, show_drafts=colour), end="", flush=True)
         else:
             print()
             print(format_metrics(item.metrics, method))
