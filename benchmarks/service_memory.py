@@ -35,13 +35,10 @@ from pathlib import Path
 import httpx
 import psutil
 
+from sd2.bench.prompts import DEMO_PROMPTS
+
 GB = 1e9
-PROMPTS = (
-    "Explain in three sentences why the sky is blue.",
-    "Write a Python function that returns the n-th Fibonacci number.",
-    "Summarise the plot of a detective story in two sentences.",
-    "What are three tips for writing clear documentation?",
-)
+PROMPTS = DEMO_PROMPTS  # the benchmark harness's built-in demo prompts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -35,15 +35,12 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sd2.bench.prompts import DEMO_PROMPTS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TARGET = 0.10  # service + DB logging ≤ 10 % of decode time
-PROMPTS = (
-    "Explain in three sentences why the sky is blue.",
-    "Write a Python function that returns the n-th Fibonacci number.",
-    "Summarise the plot of a detective story in two sentences.",
-    "What are three tips for writing clear documentation?",
-)
+PROMPTS = DEMO_PROMPTS  # the benchmark harness's built-in demo prompts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
