@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 
@@ -42,3 +42,8 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(FieldError)
     async def _field_error(_request: Request, err: FieldError) -> JSONResponse:
         return JSONResponse({"detail": err.detail()}, status_code=err.status_code)
+
+
+def not_found(parameter: str, message: str) -> HTTPException:
+    """A 404 in the API's usual `detail[].loc` shape, naming the path parameter that matched nothing."""
+    return HTTPException(404, detail=[{"loc": ["path", parameter], "msg": message, "type": "not_found"}])

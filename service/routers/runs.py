@@ -8,12 +8,13 @@ import json
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import Response
 
 from service import queries, repository
 from service.deps import ApiKeyDep, ServicesDep
+from service.errors import not_found
 from service.schemas import Name, RunDetail, RunPage, StatsRow
 
 router = APIRouter(tags=["runs"])
@@ -67,9 +68,7 @@ async def _run_or_404(services, run_id: int) -> dict:
 
     run = await services.in_thread(read)
     if run is None:
-        raise HTTPException(
-            404, detail=[{"loc": ["path", "run_id"], "msg": f"no run {run_id}", "type": "not_found"}]
-        )
+        raise not_found("run_id", f"no run {run_id}")
     return run
 
 
@@ -112,9 +111,7 @@ def _csv(run: dict) -> str:
 )
 async def delete_run(run_id: RunId, services: ServicesDep) -> Response:
     if not await services.in_thread(repository.delete_run, services.db, run_id):
-        raise HTTPException(
-            404, detail=[{"loc": ["path", "run_id"], "msg": f"no run {run_id}", "type": "not_found"}]
-        )
+        raise not_found("run_id", f"no run {run_id}")
     return Response(status_code=204)
 
 

@@ -7,13 +7,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, Path
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
 from service import queries
 from service.deps import ApiKeyDep, Services, ServicesDep
-from service.errors import FieldError
+from service.errors import FieldError, not_found
 from service.schemas import TrainIn, TrainJobOut
 
 router = APIRouter(tags=["train"])
@@ -64,9 +64,7 @@ async def _job_or_404(services: Services, job_id: int, after_point: int = 0) -> 
 
     job = await services.in_thread(read)
     if job is None:
-        raise HTTPException(
-            404, detail=[{"loc": ["path", "job_id"], "msg": f"no job {job_id}", "type": "not_found"}]
-        )
+        raise not_found("job_id", f"no job {job_id}")
     return job
 
 
