@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+import torch
 from transformers import AutoModelForCausalLM
 
 from sd2.devices import default_placement
@@ -37,8 +38,6 @@ def run_training(args: argparse.Namespace) -> None:
         threads=args.threads,
     )
     if config.threads:
-        import torch
-
         torch.set_num_threads(config.threads)
     verifier_path = resolve_model_path(args.verifier)
     placement = default_placement()
@@ -60,17 +59,23 @@ def run_training(args: argparse.Namespace) -> None:
     print(out)
 
 
+def load_trainable_drafter(path) -> torch.nn.Module:
+    """fp32 master weights whatever the checkpoint stores (shipped drafters are bf16; on a GPU the
+    trainer's autocast brings bf16 back for the forwards)."""
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
 def _starting_point(args, config: TrainConfig, verifier):
     """pretrain: a fresh drafter; distill/sd2: the --from checkpoint (+ a new or existing head for sd2)."""
     if config.objective == "pretrain":
         shape = DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)
         return new_drafter(verifier, shape, seed=config.seed), None, {"architecture": shape.__dict__}
     verify_checkpoint(args.base)
-    drafter = AutoModelForCausalLM.from_pretrained(args.base)
+    drafter = load_trainable_drafter(args.base)
     head = None
     if config.objective == "sd2":
         head = (
-            SteeringHead.load(args.base)
+            SteeringHead.load(args.base).float()
             if has_steering_head(args.base)
             else new_head_for(verifier, drafter, k=config.k)
         )

@@ -256,3 +256,18 @@ def test_export_writes_a_bf16_copy_without_trainer_state(tmp_path, data):
 
     assert AutoModelForCausalLM.from_pretrained(shipped).dtype == torch.bfloat16
     assert SteeringHead.load(shipped).w_s.dtype == torch.float32  # heads stay fp32 (small, exact)
+
+
+def test_fine_tuning_from_a_shipped_bf16_drafter_trains_fp32_master_weights(tmp_path, data):
+    """Shipped drafters are stored in bf16; `--from` one must not train (or steer) in bf16."""
+    from sd2.train.checkpoint import export_checkpoint
+    from sd2.train.run import load_trainable_drafter
+
+    verifier, drafter = _verifier(), _drafter()
+    out = Trainer(_config(tmp_path, "pretrain", steps=1), drafter, verifier, data).run()
+    shipped = export_checkpoint(out, tmp_path / "shipped")
+    reloaded = load_trainable_drafter(shipped)
+    assert {p.dtype for p in reloaded.parameters()} == {torch.float32}
+    head = new_head_for(verifier, reloaded)
+    out = Trainer(_config(tmp_path / "sd2", "sd2", steps=1), reloaded, verifier, data, head).run()
+    assert verify_checkpoint(out)["steps"] == 1
