@@ -16,6 +16,9 @@ Conventions (each number in the output follows these):
 - forward_efficiency = the share of decode time spent in model forwards: forward time per token
   (T_v(1) for baselines, (k·T_d(1) + T_v(k+1))/τ otherwise) × median decode tokens/s. 1 = no
   overhead at all; it is the profile behind `efficiency` (a slow baseline loop inflates that one).
+- time_profile (ours only) = where the decode time (wall − prefill) goes, in ms per emitted decode
+  token: drafter steps, verifier forwards, steering-vector computation, and `other` = the rest
+  (sampling, acceptance tests, KV-cache crops, trace and metric bookkeeping, Python).
 - greedy_match (T = 0 only) = fraction of prompts whose first-repetition ids equal the reference's
   (`verifier`, else `hf-generate`); None for the reference itself and at T > 0.
 """
@@ -85,6 +88,7 @@ class CellSummary:
     efficiency: float | None = None
     forward_efficiency: float | None = None
     greedy_match: float | None = None
+    time_profile: dict[str, float] | None = None
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -100,6 +104,21 @@ def repetition_throughput(stats: Iterable[GenerationStats]) -> tuple[float, floa
     return (decode_tokens / decode_s if decode_s > 0 else 0.0), (
         sum(s.n_tokens for s in stats) / wall_s if wall_s > 0 else 0.0
     )
+
+
+def time_profile(stats: Sequence[GenerationStats]) -> dict[str, float] | None:
+    """ms per emitted decode token spent drafting, verifying, steering and elsewhere (module doc)."""
+    decode_tokens = sum(max(s.n_tokens - 1, 0) for s in stats)
+    if not decode_tokens or not any(s.verify_count for s in stats):
+        return None
+    parts = {
+        "draft": sum(s.draft_ms for s in stats),
+        "verify": sum(s.verify_ms for s in stats),
+        "steer": sum(s.steer_ms for s in stats),
+    }
+    parts["other"] = sum(s.decode_ms for s in stats) - sum(parts.values())
+    parts = {name: ms / decode_tokens for name, ms in parts.items()}
+    return {**parts, "total": sum(parts.values())}
 
 
 def summarize_cell(
@@ -140,6 +159,7 @@ def summarize_cell(
         tokens_per_s_e2e=Spread.of([t[1] for t in throughput]),
         prefill_ms=statistics.median(s.prefill_ms for s in stats),
         cost_ratio=cost_ratio,
+        time_profile=time_profile(stats) if cell.method.runner == "ours" else None,
     )
 
 

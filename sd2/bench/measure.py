@@ -39,6 +39,7 @@ class GenerationStats:
     draft_steps: int = 0
     verify_ms: float = 0.0  # time in verifier forwards after the prefill, and how many (ours only)
     verify_count: int = 0
+    steer_ms: float = 0.0  # time computing steering vectors from verifier states (ours, SD² drafters)
 
     @property
     def n_tokens(self) -> int:
@@ -110,4 +111,5 @@ def stats_from_result(result: GenerationResult, wall_ms: float, prefill_ms: floa
         draft_steps=sum(b.k for b in decode),
         verify_ms=sum(b.timings.verify_ms for b in decode),
         verify_count=len(decode),
+        steer_ms=sum(b.timings.steer_ms for b in decode),
     )

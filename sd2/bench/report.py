@@ -1,6 +1,6 @@
 """The versioned JSON schema of a benchmark result, and writing JSON / Markdown / HTML files.
 
-Schema `sd2.bench` version 1 (bump SCHEMA_VERSION on any change of keys or meaning):
+Schema `sd2.bench` version 2 (bump SCHEMA_VERSION on any change of keys or meaning):
     schema, schema_version, created_at (ISO 8601 UTC), command, machine{…}, models{…}, plan{…},
     prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
     forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
@@ -22,7 +22,7 @@ from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: cells gained time_profile
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",
@@ -37,6 +37,8 @@ CONVENTIONS = {
     "forward_ceiling": "S_fwd = τ · T_v(1) / (k · T_d(1) + T_v(k+1)), isolated cached forwards",
     "efficiency": "decode speed-up over verifier (else hf-generate) / S_fwd",
     "forward_efficiency": "share of decode time in model forwards: isolated forward ms per token × tokens/s",
+    "time_profile": "ours: ms per decode token in drafter steps, verifier forwards, steering vectors and "
+    "other (sampling, acceptance, cache crops, bookkeeping, Python); sums to decode time per token",
     "greedy_match": "T = 0: fraction of prompts with token ids identical to verifier (else hf-generate)",
 }
 

@@ -98,6 +98,21 @@ def details_table(cells: Sequence[dict], temperature: float) -> str:
     return _markdown(header, rows)
 
 
+def profile_table(cells: Sequence[dict]) -> str:
+    """Where the decode time goes, ms per emitted token, for every cell of our own loop."""
+    header = ["Method", "Set", "T", "drafter steps", "verifier forwards", "steering", "other", "total"]
+    rows = []
+    for c in cells:
+        profile = c.get("time_profile")
+        if profile:
+            parts = [profile[name] for name in ("draft", "verify", "steer", "other")]
+            shares = [f"{ms:.1f} ({ms / profile['total']:.0%})" for ms in parts]
+            rows.append(
+                [_label(c), c["prompt_set"], f"{c['temperature']:g}", *shares, f"{profile['total']:.1f}"]
+            )
+    return _markdown(header, rows)
+
+
 def forward_table(forward_times: Sequence[dict]) -> str:
     rows = []
     for f in forward_times:
@@ -147,6 +162,9 @@ def markdown_report(data: dict) -> str:
                 ],
             )
         )
+    if any(c.get("time_profile") for c in data["cells"]):
+        parts.append("\n## Where the decode time goes (ms per emitted token, share of decode time)\n")
+        parts.append(profile_table(data["cells"]))
     parts.append("\n## Isolated forward times\n")
     parts.append(forward_table(data["forward_times"]))
     return "\n".join(parts)

@@ -158,3 +158,18 @@ def test_best_k_takes_the_highest_mean_speedup(summaries):
     spec = summaries[("self", 8)]
     cells = [replace(spec, k=4, speedup_vs_verifier=1.5), spec, replace(spec, k=12, speedup_vs_verifier=1.9)]
     assert best_k(cells) == [{"method": "self", "temperature": 0.0, "k": 8, "speedup": pytest.approx(2.0)}]
+
+
+def test_time_profile_splits_decode_time_per_emitted_token():
+    from sd2.bench.aggregate import time_profile
+    from sd2.bench.measure import GenerationStats
+
+    # 11 tokens → 10 decode tokens; decode = 300 − 50 = 250 ms: 40 drafting, 150 verifying, 10 steering
+    run = GenerationStats(
+        tuple(range(11)), 50.0, 300.0, 4, 10, draft_ms=40.0, draft_steps=8, verify_ms=150.0,
+        verify_count=5, steer_ms=10.0,
+    )  # fmt: skip
+    profile = time_profile([run, run])  # pooled: the same ratios
+    assert profile == pytest.approx({"draft": 4.0, "verify": 15.0, "steer": 1.0, "other": 5.0, "total": 25.0})
+    hf_like = GenerationStats(tuple(range(11)), 50.0, 300.0, 9, 10)  # no per-forward timings
+    assert time_profile([hf_like]) is None

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from sd2.bench.report import SCHEMA, SCHEMA_VERSION, RunInfo, to_json
 from sd2.bench.table import markdown_report, table1
 
@@ -50,6 +52,7 @@ CELL_KEYS = {
     "efficiency": (float, type(None)),
     "forward_efficiency": (float, type(None)),
     "greedy_match": (float, type(None)),
+    "time_profile": (dict, type(None)),
 }
 SPREAD_KEYS = {"median", "low", "high", "n", "relative"}
 PROMPT_SET_KEYS = {"name", "source", "demo", "n_prompts", "n_available", "n_too_long", "sha256"}
@@ -89,7 +92,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 1)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 2)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     assert set(data["models"]) == {"verifier", "drafters", "device", "dtype"}
@@ -131,3 +134,13 @@ def test_markdown_report_sections(synthetic_result):
     ):
         assert needle in text
     assert "demo prompts" not in text
+
+
+def test_markdown_report_has_the_time_profile_of_our_cells(synthetic_result):
+    data = to_json(synthetic_result, INFO)
+    spec = next(c for c in data["cells"] if c["method"] == "self" and c["prompt_set"] == "chat")
+    # chat: 9 decode tokens in 250 ms: 8 ms drafting, 20 ms verifying → per token 0.89 / 2.22 / 0 / 24.67
+    assert spec["time_profile"]["total"] == pytest.approx(250.0 / 9)
+    section = markdown_report(data).split("## Where the decode time goes")[1]
+    assert "| self (k=4) | chat | 0 | 0.9 (3%) | 2.2 (8%) | 0.0 (0%) | 24.7 (89%) | 27.8 |" in section
+    assert "hf-generate" not in section.split("## Isolated")[0]
