@@ -121,6 +121,13 @@ class ApiClient:
     def stats(self) -> list[dict]:
         return self._request("GET", "/stats").json()
 
+    # --- stored benchmark results (sd2 bench --store) -------------------------------------------
+    def benchmarks(self, limit: int = 50) -> dict:
+        return self._request("GET", "/benchmarks", params={"limit": limit}).json()
+
+    def benchmark(self, benchmark_id: int) -> dict:
+        return self._request("GET", f"/benchmarks/{int(benchmark_id)}").json()
+
     # --- server ---------------------------------------------------------------------------------
     def drafters(self) -> list[dict]:
         return self._request("GET", "/drafters").json()

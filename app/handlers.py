@@ -19,6 +19,7 @@ from app.client import ApiClient, ApiError
 from app.trace_html import columns_html, trace_html
 
 SKIP = gr.skip
+BENCHMARKS_PLOTTED = 10  # newest stored benchmark results drawn on the Theory curves
 
 
 class Handlers:
@@ -175,9 +176,14 @@ class Handlers:
         try:
             page = self.client.runs(limit=int(limit), **filters)
         except ApiError as err:
-            return SKIP(), status_html(err.message, "error")
+            return SKIP(), status_html(err.message, "error"), SKIP()
         rows = views.runs_rows(page)
-        return gr.update(value=rows), status_html(f"{len(rows)} of {page['total']} runs", "info")
+        try:
+            bench_rows = views.benchmark_rows(self.client.benchmarks())
+        except ApiError:
+            bench_rows = []
+        note = f"{len(rows)} of {page['total']} runs; {len(bench_rows)} stored benchmark results"
+        return gr.update(value=rows), status_html(note, "info"), gr.update(value=bench_rows)
 
     def pick_run(self, evt: gr.SelectData) -> Any:
         row = evt.row_value or []
@@ -231,10 +237,23 @@ class Handlers:
         except ApiError:
             runs = []
         points = views.theory_points(runs, views.verifier_tps(self._stats()))
+        bench = views.benchmark_points(self._recent_benchmarks())
         ks = sorted({1, 2, 4, 8, 16, k})
         costs = sorted({0.0, float(cost), 0.25, 0.5})
-        readout = theory_readout(alpha, k, cost, len(points))
-        return plots.theory_tau(ks, points), plots.theory_speedup(k, costs, points), readout
+        readout = theory_readout(alpha, k, cost, len(points), len(bench))
+        return (
+            plots.theory_tau(ks, points, bench),
+            plots.theory_speedup(k, costs, points, bench),
+            readout,
+        )
+
+    def _recent_benchmarks(self, n: int = BENCHMARKS_PLOTTED) -> list[dict]:
+        """The n newest stored benchmark results with their cells ([] when the server has none)."""
+        try:
+            items = self.client.benchmarks(limit=n)["items"]
+            return [self.client.benchmark(b["id"]) for b in items]
+        except ApiError:
+            return []
 
 
 def compare_note(results: list[dict], temperature: float) -> str:
@@ -255,11 +274,12 @@ def compare_note(results: list[dict], temperature: float) -> str:
     )
 
 
-def theory_readout(alpha: float, k: int, cost: float, n_points: int) -> str:
+def theory_readout(alpha: float, k: int, cost: float, n_points: int, n_bench: int = 0) -> str:
     tau, speed = plots.expected_tau(alpha, k), plots.speedup(alpha, k, cost)
     return status_html(
         f"At α = {alpha:.2f}, k = {k}, c = {cost:g}: E[τ] = {tau:.2f} tokens per verifier forward, "
         f"S = {speed:.2f}× (idealised: a (k+1)-token verify costs one step, true on a GPU, not on a CPU). "
-        f"{n_points} measured runs plotted.",
+        f"{n_points} measured runs (filled markers) and {n_bench} stored benchmark cells (open markers) "
+        "plotted.",
         "info",
     )

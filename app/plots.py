@@ -199,8 +199,9 @@ def _alphas(n: int = 101) -> list[float]:
     return [i / (n - 1) for i in range(n)]
 
 
-def _measured(fig: go.Figure, points: Iterable[dict], y_key: str, name: str) -> None:
-    """Measured runs as markers, one trace per method: dicts with alpha_hat, method, k and y_key."""
+def _measured(fig: go.Figure, points: Iterable[dict], y_key: str, name: str, hollow: bool = False) -> None:
+    """Measured points as markers, one trace per method: dicts with alpha_hat, method, k, id and
+    y_key. `hollow` draws open markers (stored benchmark cells, beside the filled stored runs)."""
     by_method: dict[str, list[dict]] = {}
     for p in points:
         if p.get("alpha_hat") is not None and p.get(y_key) is not None:
@@ -213,19 +214,20 @@ def _measured(fig: go.Figure, points: Iterable[dict], y_key: str, name: str) -> 
             name=f"{name}: {method}",
             marker={
                 "size": 13,
-                "symbol": MARKERS[i % len(MARKERS)],
+                "symbol": MARKERS[i % len(MARKERS)] + ("-open" if hollow else ""),
                 "color": MEASURED[i % len(MEASURED)],
                 "line": {"width": 1.5, "color": INK},
             },
             customdata=[[p.get("k"), p.get("id")] for p in rows],
-            hovertemplate="run %{customdata[1]} (k=%{customdata[0]}): α̂ %{x:.2f}, %{y:.2f}<extra>"
+            hovertemplate=("%{customdata[1]}" if hollow else "run %{customdata[1]}")
+            + " (k=%{customdata[0]}): α̂ %{x:.2f}, %{y:.2f}<extra>"
             + method
             + "</extra>",
         )
 
 
-def theory_tau(ks: Sequence[int], measured: Iterable[dict] = ()) -> go.Figure:
-    """E[τ](α) for several k, with measured runs (α̂, τ) on top."""
+def theory_tau(ks: Sequence[int], measured: Iterable[dict] = (), bench: Iterable[dict] = ()) -> go.Figure:
+    """E[τ](α) for several k, with measured runs and stored benchmark cells (α̂, τ) on top."""
     fig, alphas = go.Figure(), _alphas()
     for i, k in enumerate(ks):
         fig.add_scatter(
@@ -236,12 +238,15 @@ def theory_tau(ks: Sequence[int], measured: Iterable[dict] = ()) -> go.Figure:
             line={"color": PALETTE[i % len(PALETTE)], "width": 2.5},
         )
     _measured(fig, measured, "tau", "measured")
+    _measured(fig, bench, "tau", "bench", hollow=True)
     fig.update_xaxes(title_text="α (expected acceptance, 1 − TV(p, q))", range=[0, 1])
     fig.update_yaxes(title_text="τ (tokens / verifier forward)", rangemode="tozero")
     return _layout(fig, "Block efficiency E[τ](α, k) = (1 − αᵏ⁺¹) / (1 − α)", height=380)
 
 
-def theory_speedup(k: int, costs: Sequence[float], measured: Iterable[dict] = ()) -> go.Figure:
+def theory_speedup(
+    k: int, costs: Sequence[float], measured: Iterable[dict] = (), bench: Iterable[dict] = ()
+) -> go.Figure:
     """S(α, k, c) for several cost ratios c, the break-even line S = 1, and measured speed-ups."""
     fig, alphas = go.Figure(), _alphas()
     for i, c in enumerate(costs):
@@ -254,6 +259,7 @@ def theory_speedup(k: int, costs: Sequence[float], measured: Iterable[dict] = ()
         )
     fig.add_hline(y=1, line={"color": GREY, "dash": "dash"}, annotation_text="verifier alone")
     _measured(fig, measured, "speedup", "measured")
+    _measured(fig, bench, "speedup", "bench", hollow=True)
     fig.update_xaxes(title_text="α", range=[0, 1])
     fig.update_yaxes(title_text="speed-up over the verifier", rangemode="tozero")
     return _layout(fig, f"Speed-up S(α, k = {k}, c) = τ / (1 + c·k)", height=380)

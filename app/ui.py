@@ -14,7 +14,7 @@ from app.client import ApiClient
 from app.handlers import Handlers
 from app.theme import LARGE_FONT_JS
 from app.trace_html import columns_html, trace_html
-from app.views import DEMO_PROMPT, RUN_COLUMNS
+from app.views import BENCH_COLUMNS, DEMO_PROMPT, RUN_COLUMNS
 
 MAX_K = 64  # the API's bound (sd2.config.MAX_K); the slider stops lower, the API names the field past it
 
@@ -215,7 +215,18 @@ def _history_tab(h: Handlers) -> tuple[gr.Dropdown, dict]:
     with gr.Row():
         acc = gr.Plot(plots.acceptance_plot([]), show_label=False)
         steer = gr.Plot(plots.steering_plot([]), show_label=False)
-    listing = {"fn": h.history, "inputs": [method, status_filter, limit], "outputs": [table, info]}
+    gr.Markdown(
+        "**Stored benchmark results** — `sd2 bench ... --store URL` sends one here; "
+        "their cells appear as open markers in the Theory tab."
+    )
+    benchmarks = gr.Dataframe(
+        headers=BENCH_COLUMNS, value=[], interactive=False, elem_id="hist-benchmarks", max_height=240
+    )
+    listing = {
+        "fn": h.history,
+        "inputs": [method, status_filter, limit],
+        "outputs": [table, info, benchmarks],
+    }
     refresh.click(**listing)
     for control in (method, status_filter):
         control.change(**listing)
@@ -232,8 +243,9 @@ def _theory_tab(h: Handlers) -> tuple[list, list]:
         "tokens per "
         "verifier forward, and the idealised speed-up is **S(α, k, c) = E[τ] / (1 + c·k)** with "
         "c = drafter step time ÷ verifier step time (Leviathan et al. 2023). "
-        "Dots are this server's stored runs "
-        "(α̂ measured; speed-up = run tok/s ÷ the verifier's mean tok/s)."
+        "Filled markers are this server's stored runs "
+        "(α̂ measured; speed-up = run tok/s ÷ the verifier's mean tok/s); open markers are the cells of "
+        "stored `sd2 bench` results (speed-up over the bench's own verifier baseline)."
     )
     with gr.Row():
         k = gr.Slider(1, 16, value=8, step=1, label="k (drafts per block)")

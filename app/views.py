@@ -11,6 +11,7 @@ from app.client import ApiClient
 
 DEMO_PROMPT = "Explain in three sentences why the sky is blue."
 RECIPE_LABELS = {"sd2": "SD² (steered)", "distill": "distilled", "pretrain": "pretrained"}
+BENCH_COLUMNS = ["id", "measured", "label", "methods", "prompt sets", "cells", "machine", "command"]
 RUN_COLUMNS = ["id", "created", "method", "status", "tokens", "τ", "acceptance", "α̂", "tok/s", "prompt"]
 
 
@@ -140,6 +141,44 @@ def theory_points(runs: Sequence[dict], baseline_tps: float | None) -> list[dict
                 "speedup": speed,
             }
         )
+    return points
+
+
+def benchmark_rows(page: dict) -> list[list[Any]]:
+    """GET /benchmarks items as table rows in BENCH_COLUMNS order."""
+    return [
+        [
+            b["id"],
+            str(b["measured_at"])[:19].replace("T", " "),
+            b.get("label") or "",
+            ", ".join(b["methods"]),
+            ", ".join(b["prompt_sets"]),
+            b["n_cells"],
+            f"{b['machine'].get('cpu_count', '?')} CPUs, GPU: {b['machine'].get('cuda') or 'none'}",
+            b["command"][:120],
+        ]
+        for b in page.get("items", [])
+    ]
+
+
+def benchmark_points(benchmarks: Sequence[dict]) -> list[dict]:
+    """Speculative cells of stored benchmark results for the theory plots: α̂, τ, k and the measured
+    speed-up over the bench's own `verifier` (else `hf-generate`) baseline."""
+    points = []
+    for bench in benchmarks:
+        for cell in bench.get("cells", []):
+            if cell.get("alpha_hat") is None or cell.get("k") is None:
+                continue
+            points.append(
+                {
+                    "id": f"bench {bench['id']}, {cell['prompt_set']}, T={cell['temperature']:g}",
+                    "method": cell["method"],
+                    "k": cell["k"],
+                    "alpha_hat": cell["alpha_hat"],
+                    "tau": cell.get("tau"),
+                    "speedup": cell.get("speedup_vs_verifier") or cell.get("speedup_vs_hf_generate"),
+                }
+            )
     return points
 
 

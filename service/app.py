@@ -22,7 +22,7 @@ from service.errors import install_handlers
 from service.generation import ModelHost
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit
-from service.routers import compare, drafters, generate, health, runs, train
+from service.routers import benchmarks, compare, drafters, generate, health, runs, train
 from service.settings import Settings
 from service.training import RecipeTrainer
 
@@ -61,7 +61,7 @@ def create_app(
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_handlers(app)
-    for module in (generate, compare, runs, drafters, train, health):
+    for module in (generate, compare, runs, benchmarks, drafters, train, health):
         app.include_router(module.router)
     if mount_ui:
         app = _with_ui(app, settings)

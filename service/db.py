@@ -16,21 +16,37 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.orm import Base
+from service.orm import Base, BenchmarkRow
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _WRITE = "sd2_write"  # execution option that marks a write session's connection
 BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
 
 
+V1_TABLES = (
+    "comparisons",
+    "runs",
+    "blocks",
+    "token_events",
+    "drafters",
+    "training_jobs",
+    "training_metric_points",
+)
+
+
 def _create_v1(conn: Connection) -> None:
     """Version 1: runs, blocks, token events, comparisons, training jobs, metric points, drafters."""
-    Base.metadata.create_all(conn)
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables[name] for name in V1_TABLES])
+
+
+def _add_benchmarks_v2(conn: Connection) -> None:
+    """Version 2: stored `sd2 bench` results (POST /benchmarks)."""
+    BenchmarkRow.__table__.create(conn)
 
 
 # Ordered migrations: MIGRATIONS[i] brings a database from version i to i + 1. A later schema change
 # appends a function with explicit DDL here (never edits an earlier one) and bumps SCHEMA_VERSION.
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1]
+MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_benchmarks_v2]
 
 
 class Database:

@@ -163,3 +163,24 @@ class MetricPoint(Base):
     value: Mapped[float] = mapped_column(Float)
 
     job: Mapped[TrainingJob] = relationship(back_populates="points")
+
+
+class BenchmarkRow(Base):
+    """One `sd2 bench` result stored through POST /benchmarks (schema v2; the per-generation rows of
+    the bench JSON are not kept, every aggregated cell is)."""
+
+    __tablename__ = "benchmarks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)  # when it was stored
+    measured_at: Mapped[str] = mapped_column(String(40))  # the bench's own created_at (ISO 8601)
+    label: Mapped[str | None] = mapped_column(String(200))
+    command: Mapped[str] = mapped_column(Text)
+    bench_schema_version: Mapped[int] = mapped_column()
+    machine: Mapped[dict] = mapped_column()
+    models: Mapped[dict] = mapped_column()
+    plan: Mapped[dict] = mapped_column()
+    prompt_sets: Mapped[list] = mapped_column()
+    forward_times: Mapped[list] = mapped_column()
+    cells: Mapped[list] = mapped_column()
+    best_k: Mapped[list] = mapped_column()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.orm import BlockRow, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob
+from service.orm import BenchmarkRow, BlockRow, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob
 
 RUN_SUMMARY_FIELDS = (
     *("id", "created_at", "status", "error", "method", "drafter", "steering", "prompt_set", "prompt"),
@@ -189,3 +189,46 @@ def job_names(session: Session) -> set[str]:
             select(TrainingJob.name).where(TrainingJob.status.in_(("queued", "running", "succeeded")))
         )
     )
+
+
+def benchmark_summary(row: BenchmarkRow) -> dict:
+    methods = list(dict.fromkeys(c["method"] for c in row.cells))
+    return {
+        "id": row.id,
+        "created_at": as_utc(row.created_at),
+        "measured_at": row.measured_at,
+        "label": row.label,
+        "command": row.command,
+        "bench_schema_version": row.bench_schema_version,
+        "machine": row.machine,
+        "methods": methods,
+        "prompt_sets": [s.get("name", "?") for s in row.prompt_sets],
+        "n_cells": len(row.cells),
+    }
+
+
+def list_benchmarks(session: Session, limit: int, offset: int) -> tuple[list[dict], int]:
+    """Stored benchmark results, newest first."""
+    total = session.scalar(select(func.count()).select_from(BenchmarkRow)) or 0
+    rows = session.scalars(
+        select(BenchmarkRow)
+        .order_by(BenchmarkRow.created_at.desc(), BenchmarkRow.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return [benchmark_summary(r) for r in rows], total
+
+
+def get_benchmark(session: Session, benchmark_id: int) -> dict | None:
+    row = session.get(BenchmarkRow, benchmark_id)
+    if row is None:
+        return None
+    return {
+        **benchmark_summary(row),
+        "models": row.models,
+        "plan": row.plan,
+        "prompt_set_details": row.prompt_sets,
+        "forward_times": row.forward_times,
+        "cells": row.cells,
+        "best_k": row.best_k,
+    }

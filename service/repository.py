@@ -16,7 +16,17 @@ from sqlalchemy.orm import Session
 from sd2.engine import GenerationResult
 from sd2.trace import Block
 from service.db import Database
-from service.orm import BlockRow, Comparison, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob, utcnow
+from service.orm import (
+    BenchmarkRow,
+    BlockRow,
+    Comparison,
+    DrafterRow,
+    MetricPoint,
+    Run,
+    TokenEventRow,
+    TrainingJob,
+    utcnow,
+)
 
 TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
 
@@ -230,3 +240,29 @@ def finish_job_if_queued(db: Database, job_id: int) -> None:
             .where(TrainingJob.id == job_id, TrainingJob.status == "queued")
             .values(status="cancelled", error="cancelled before it started", finished_at=utcnow())
         )
+
+
+def record_benchmark(db: Database, result: Mapping) -> int:
+    """Store one validated `sd2 bench` result (its aggregated cells, not its generation rows)."""
+    with db.write() as session:
+        row = BenchmarkRow(
+            measured_at=result["created_at"],
+            label=result.get("label"),
+            command=result["command"],
+            bench_schema_version=result["schema_version"],
+            machine=result["machine"],
+            models=result["models"],
+            plan=result["plan"],
+            prompt_sets=result["prompt_sets"],
+            forward_times=result.get("forward_times") or [],
+            cells=result["cells"],
+            best_k=result.get("best_k") or [],
+        )
+        session.add(row)
+        session.flush()
+        return row.id
+
+
+def delete_benchmark(db: Database, benchmark_id: int) -> bool:
+    with db.write() as session:
+        return session.execute(delete(BenchmarkRow).where(BenchmarkRow.id == benchmark_id)).rowcount > 0

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
 from sd2.config import MAX_K, MIN_TEMPERATURE
 from service.settings import NAME_PATTERN
 
@@ -291,3 +292,71 @@ class TrainJobOut(BaseModel):
     finished_at: datetime | None
     spec: dict
     points: list[MetricPointOut]
+
+
+class BenchCellIn(BaseModel):
+    """One aggregated cell of an `sd2 bench` result (its other keys are kept as they are)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    method: str = Field(max_length=200)
+    prompt_set: str = Field(max_length=200)
+    temperature: float
+    k: int | None
+    tau: float | None
+    alpha_hat: float | None
+    acceptance_rate: float | None
+    speedup_vs_verifier: float | None
+    speedup_vs_hf_generate: float | None
+    tokens_per_s: dict
+
+
+class BenchmarkIn(BaseModel):
+    """The JSON `sd2 bench` writes (bench.json, schema `sd2.bench`), optionally labelled; the
+    per-generation rows may be left out and are not stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: Literal["sd2.bench"] = Field(alias="schema")
+    schema_version: int = Field(ge=1, le=BENCH_SCHEMA_VERSION)
+    created_at: str = Field(max_length=40)
+    command: str = Field(max_length=10_000)
+    machine: dict
+    models: dict
+    plan: dict
+    prompt_sets: list[dict] = Field(max_length=100)
+    conventions: dict | None = None
+    forward_times: list[dict] = Field(default_factory=list, max_length=100)
+    cells: list[BenchCellIn] = Field(min_length=1, max_length=10_000)
+    best_k: list[dict] = Field(default_factory=list, max_length=1_000)
+    generations: list[dict] | None = None
+    label: str | None = Field(None, max_length=200)
+
+
+class BenchmarkSummary(BaseModel):
+    id: int
+    created_at: datetime
+    measured_at: str
+    label: str | None
+    command: str
+    bench_schema_version: int
+    machine: dict
+    methods: list[str]
+    prompt_sets: list[str]
+    n_cells: int
+
+
+class BenchmarkDetail(BenchmarkSummary):
+    models: dict
+    plan: dict
+    prompt_set_details: list[dict]
+    forward_times: list[dict]
+    cells: list[dict]
+    best_k: list[dict]
+
+
+class BenchmarkPage(BaseModel):
+    items: list[BenchmarkSummary]
+    total: int
+    limit: int
+    offset: int

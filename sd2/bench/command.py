@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from dataclasses import replace
@@ -61,6 +62,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=Path, default=None, help="output folder (default: $SD2_HOME/bench/<UTC time>)"
     )
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="also store the result in a running sd2 service (e.g. http://127.0.0.1:8000), "
+        "shown by the UI's History and Theory views",
+    )
+    p.add_argument("--label", default=None, help="a label for the stored result")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("SD2_API_KEY"),
+        help="X-API-Key for --store (default: $SD2_API_KEY)",
+    )
 
 
 def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
@@ -111,4 +125,20 @@ def run(args: argparse.Namespace) -> int:
     print(paths["markdown"].read_text())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    if args.store:
+        return _store(paths["json"], args)
+    return 0
+
+
+def _store(json_path: Path, args: argparse.Namespace) -> int:
+    import json
+
+    from sd2.bench.store import StoreError, store_result
+
+    try:
+        stored = store_result(json.loads(json_path.read_text()), args.store, args.api_key, args.label)
+    except StoreError as err:
+        print(f"sd2 bench: not stored: {err} (the result is in {json_path})", file=sys.stderr)
+        return 1
+    print(f"stored as benchmark #{stored['id']} at {args.store.rstrip('/')}/benchmarks/{stored['id']}")
     return 0

@@ -121,7 +121,7 @@ def test_history_reopens_a_run_and_theory_plots_measured_runs(ui, live_ui):
     ui.page.wait_for_function(
         "document.querySelector('#theory-tau .js-plotly-plot')?.data.some(t => t.mode === 'markers')"
     )
-    assert "measured runs plotted" in ui.page.inner_text("#theory-readout")
+    assert "measured runs (filled markers)" in ui.page.inner_text("#theory-readout")
     ui.page.wait_for_timeout(500)  # let the pending fade of the plots finish before the screenshot
     ui.screenshot("theory")
 
@@ -132,3 +132,29 @@ def test_large_font_toggle(ui):
     ui.page.wait_for_function("document.body.classList.contains('sd2-large')")
     ui.page.wait_for_selector("#gen-acc .js-plotly-plot")
     ui.screenshot("generate-large")
+
+
+def test_a_stored_bench_result_shows_in_history_and_on_the_theory_curves(
+    ui, live_ui, tiny_pair_dir, tmp_path
+):
+    from sd2.cli import main
+
+    verifier_dir, _ = tiny_pair_dir
+    args = ["bench", "--verifier", str(verifier_dir), "--quick", "--methods", "verifier", "self"]
+    args += ["--prompt-sets", "demo", "--k", "2", "--max-prompts", "1", "--max-new-tokens", "6"]
+    assert main([*args, "--out", str(tmp_path), "--store", live_ui, "--label", "browser-bench"]) == 0
+    ui.open()
+    ui.tab("History")
+    ui.page.click("#hist-refresh")
+    row = ui.page.locator("#hist-benchmarks [role=gridcell]").filter(has_text="browser-bench").first
+    row.wait_for()
+    ui.tab("Theory")
+    ui.page.wait_for_function(
+        "document.querySelector('#theory-tau .js-plotly-plot')?.data.some(t => t.name === 'bench: self')"
+    )
+    symbol = ui.page.evaluate(
+        "document.querySelector('#theory-tau .js-plotly-plot').data.find(t => t.name === 'bench: self')"
+        ".marker.symbol"
+    )
+    assert symbol.endswith("-open")
+    assert "stored benchmark cells (open markers)" in ui.page.inner_text("#theory-readout")

@@ -84,3 +84,40 @@ def test_train_plot_puts_losses_left_validation_right_and_skips_counters():
     assert [t.name for t in fig.data] == ["loss", "agreement", "val_tau"]
     assert list(fig.data[0].y) == [3.0, 1.5] and fig.data[0].yaxis == "y"
     assert fig.data[2].yaxis == "y2" and fig.data[2].mode == "markers"
+
+
+def test_benchmark_points_and_rows_from_stored_results():
+    from app.views import benchmark_points, benchmark_rows
+
+    cell = {"method": "sd2", "prompt_set": "chat", "temperature": 0.0, "k": 4, "alpha_hat": 0.6, "tau": 2.1}
+    stored = {
+        "id": 7,
+        "cells": [
+            {**cell, "speedup_vs_verifier": 1.3},
+            {**cell, "method": "verifier", "k": None, "alpha_hat": None, "speedup_vs_verifier": 1.0},
+            {**cell, "method": "hf-assisted", "alpha_hat": None, "speedup_vs_verifier": 1.1},
+        ],
+    }
+    assert benchmark_points([stored]) == [
+        {"id": "bench 7, chat, T=0", "method": "sd2", "k": 4, "alpha_hat": 0.6, "tau": 2.1, "speedup": 1.3}
+    ]
+    summary = {
+        "id": 7, "measured_at": "2026-11-29T17:00:00+00:00", "label": None, "methods": ["verifier", "sd2"],
+        "prompt_sets": ["chat", "code"], "n_cells": 4, "machine": {"cpu_count": 2, "cuda": None},
+        "command": "sd2 bench --quick",
+    }  # fmt: skip
+    assert benchmark_rows({"items": [summary]}) == [
+        [
+            7,
+            "2026-11-29 17:00:00",
+            "",
+            "verifier, sd2",
+            "chat, code",
+            4,
+            "2 CPUs, GPU: none",
+            "sd2 bench --quick",
+        ]
+    ]
+    fig = plots.theory_tau([4], [], benchmark_points([stored]))
+    (bench,) = [t for t in fig.data if t.name == "bench: sd2"]
+    assert bench.marker.symbol.endswith("-open") and list(bench.y) == [2.1]

@@ -18,7 +18,7 @@ def test_health_version_drafters(client):
         "device": "cpu/float32",
         "database": True,
     }
-    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 1, "api": "1"}
+    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 2, "api": "1"}
     (drafter,) = client.get("/drafters").json()
     assert drafter == {
         "name": "tiny",
@@ -39,6 +39,8 @@ def test_openapi_documents_every_endpoint_with_examples(client):
         ("get", "/drafters"),
         ("get", "/health"), ("get", "/version"), ("post", "/train"), ("get", "/train/{job_id}"),
         ("get", "/train/{job_id}/stream"), ("post", "/train/{job_id}/cancel"),
+        ("post", "/benchmarks"), ("get", "/benchmarks"), ("get", "/benchmarks/{benchmark_id}"),
+        ("delete", "/benchmarks/{benchmark_id}"),
     }  # fmt: skip
     assert {(m, p) for p, ops in spec["paths"].items() for m in ops} == expected
     schemas = spec["components"]["schemas"]
