@@ -58,7 +58,8 @@ def take(base_url: str, out: Path) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--out", type=Path, default=ROOT / "assets" / "screenshots")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
