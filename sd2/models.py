@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from sd2.embedded import EMBEDDED_VERIFIER, embedded_verifier_path
 from sd2.steering import SteeringHead, has_steering_head
 
 CARD_FILE = "sd2_card.json"  # provenance of a drafter checkpoint: recipe, data, steps, metrics
+# Card key of a steering-only checkpoint (a --freeze-drafter run): {"folder": path relative to the
+# checkpoint, "files": {weight file: sha256}} naming where its unchanged drafter weights live.
+SHARED_WEIGHTS = "drafter_weights_from"
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,36 @@ def load_causal_lm(name_or_path: str, placement: Placement) -> nn.Module:
         raise FileNotFoundError(f"cannot load a model from {name_or_path!r}: {err}") from err
     decoder_layers(model)  # refuse unsupported families early, with a clear error
     return model.to(placement.device).eval()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def drafter_weights_folder(path: str) -> str:
+    """Where a drafter's model weights live: `path` itself, or, for a steering-only checkpoint, the
+    folder its card names (SHARED_WEIGHTS), after checking those files against the card's SHA-256."""
+    card_path = Path(path) / CARD_FILE
+    if not card_path.is_file():
+        return path  # a hub id or a plain HF folder
+    shared = json.loads(card_path.read_text()).get(SHARED_WEIGHTS)
+    if not shared:
+        return path
+    base = (Path(path) / shared["folder"]).resolve()
+    for name, digest in shared["files"].items():
+        weights = base / name
+        if not weights.is_file():
+            raise FileNotFoundError(f"{path} takes its drafter weights from {base}, where {name} is missing")
+        if file_sha256(weights) != digest:
+            raise ValueError(
+                f"{path} takes its drafter weights from {base}, but {name} there has changed since "
+                "(checksum mismatch): re-export the steering-only checkpoint"
+            )
+    return str(base)
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -92,8 +126,9 @@ def load_drafter(
     verifier: nn.Module,
     verifier_tokenizer: PreTrainedTokenizerBase,
 ) -> Drafter:
-    """Load a drafter folder (HF model + optional steering head + card) and check it fits the verifier."""
-    model = load_causal_lm(path, placement)
+    """Load a drafter folder (HF model + optional steering head + card) and check it fits the verifier.
+    A steering-only folder takes its model weights from the folder its card names."""
+    model = load_causal_lm(drafter_weights_folder(path), placement)
     drafter_tokenizer = _optional_tokenizer(path)
     check_same_vocabulary(verifier, verifier_tokenizer, model, drafter_tokenizer, drafter_name=name)
     head = (

@@ -7,8 +7,8 @@ Loading verifies the card and refuses anything missing, partial or corrupt with 
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sd2.models import CARD_FILE
+from sd2.models import CARD_FILE, SHARED_WEIGHTS, drafter_weights_folder, file_sha256
 from sd2.steering import SteeringHead
 
 TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule, RNG and data position, for resuming
@@ -24,14 +24,6 @@ TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule, RNG and data position
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing, partial or corrupt."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_checkpoint(
@@ -42,21 +34,27 @@ def save_checkpoint(
     trainer_state: dict | None = None,
     tokenizer=None,
     dtype: torch.dtype | None = None,
+    with_weights: bool = True,
 ) -> Path:
-    """Write the checkpoint atomically (staging folder + rename); `dtype` e.g. bf16 for shipping."""
+    """Write the checkpoint atomically (staging folder + rename); `dtype` e.g. bf16 for shipping.
+    `with_weights=False` writes the model's config only (a steering-only checkpoint whose card says
+    where its drafter weights are)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
     try:
         model = drafter if dtype is None else _cast_copy(drafter, dtype)
-        model.save_pretrained(staging)
+        if with_weights:
+            model.save_pretrained(staging)
+        else:
+            model.config.save_pretrained(staging)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if head is not None:
             head.save(staging)
         if trainer_state is not None:
             torch.save(trainer_state, staging / TRAINER_STATE)
-        files = {p.name: _sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
         (staging / CARD_FILE).write_text(json.dumps({**card, "files": files}, indent=2, sort_keys=True))
         _swap_into_place(staging, folder)
     finally:
@@ -96,12 +94,16 @@ def verify_checkpoint(folder: str | Path) -> dict:
         path = folder / name
         if not path.is_file():
             raise CheckpointError(f"checkpoint {folder} is partial: {name} is missing")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise CheckpointError(f"checkpoint {folder} is corrupt: {name} does not match its checksum")
     if "files" not in card or "config.json" not in card["files"]:
         raise CheckpointError(
             f"checkpoint {folder} is not a drafter checkpoint: its card lists no model files"
         )
+    try:
+        drafter_weights_folder(str(folder))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(str(err)) from err
     return card
 
 
@@ -110,19 +112,58 @@ def load_trainer_state(folder: str | Path) -> dict | None:
     return torch.load(path, weights_only=False) if path.is_file() else None
 
 
-def export_checkpoint(source: str | Path, target: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+def export_checkpoint(
+    source: str | Path,
+    target: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    share_drafter_with: str | Path | None = None,
+) -> Path:
     """A shippable copy of a verified checkpoint: drafter weights cast to `dtype` (the steering head
-    stays fp32: it is small and steers every block), no trainer state, the same card."""
+    stays fp32: it is small and steers every block), no trainer state, the same card.
+
+    `share_drafter_with` (a --freeze-drafter run): when the cast drafter weights equal those of that
+    exported checkpoint, store only the head and point the card at its weights instead of a copy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sd2.steering import has_steering_head
 
     card = verify_checkpoint(source)
-    drafter = AutoModelForCausalLM.from_pretrained(source)
+    drafter = AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(source)))
     head = SteeringHead.load(source) if has_steering_head(source) else None
     tokenizer = AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer.json").is_file() else None
-    card = {key: value for key, value in card.items() if key != "files"} | {
+    card = {key: value for key, value in card.items() if key not in ("files", SHARED_WEIGHTS)} | {
         "exported_from": str(source),
         "dtype": str(dtype).removeprefix("torch."),
     }
-    return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype)
+    if share_drafter_with is None:
+        return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype)
+    card[SHARED_WEIGHTS] = _shared_weights(drafter.to(dtype), Path(share_drafter_with), Path(target))
+    return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, with_weights=False)
+
+
+def _same_tensor(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    return a is not None and a.dtype == b.dtype and torch.equal(a, b)
+
+
+def _shared_weights(drafter: nn.Module, base: Path, target: Path) -> dict:
+    """The SHARED_WEIGHTS card entry, after checking that `base` holds exactly these weights."""
+    from transformers import AutoModelForCausalLM
+
+    base_card = verify_checkpoint(base)
+    if SHARED_WEIGHTS in base_card:
+        raise CheckpointError(
+            f"{base} itself borrows its drafter weights: share those of {base_card[SHARED_WEIGHTS]}"
+        )
+    theirs = AutoModelForCausalLM.from_pretrained(base).state_dict()
+    mine = drafter.state_dict()
+    differing = sorted(name for name, t in mine.items() if not _same_tensor(theirs.get(name), t))
+    if differing:
+        raise CheckpointError(
+            f"the drafter weights differ from those of {base} ({len(differing)} tensors, e.g. "
+            f"{differing[0]}): only a --freeze-drafter run from that checkpoint can share them"
+        )
+    weights = {name: digest for name, digest in base_card["files"].items() if name.startswith("model")}
+    return {
+        "folder": os.path.relpath(base.resolve(), target.resolve()),  # resolved against the checkpoint
+        "files": weights,
+    }

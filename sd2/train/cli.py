@@ -30,6 +30,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     export = objectives.add_parser("export", help="a shippable bf16 copy of a checkpoint (no trainer state)")
     export.add_argument("source")
     export.add_argument("--out", required=True)
+    export.add_argument(
+        "--share-drafter-with",
+        metavar="FOLDER",
+        default=None,
+        help="for a --freeze-drafter run: store only the steering head and take the (identical) drafter "
+        "weights from this exported checkpoint",
+    )
     export.set_defaults(func=_export)
     imp = sub.add_parser(
         "import-official", help="convert an ETH-DISCO/SD-square checkpoint into a drafter folder"
@@ -76,5 +83,6 @@ def _import_official(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from sd2.train.checkpoint import export_checkpoint
 
-    print(export_checkpoint(Path(args.source), Path(args.out)))
+    share = Path(args.share_drafter_with) if args.share_drafter_with else None
+    print(export_checkpoint(Path(args.source), Path(args.out), share_drafter_with=share))
     return 0

@@ -9,7 +9,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from sd2.devices import default_placement
-from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path, stop_token_ids
+from sd2.models import (
+    drafter_weights_folder,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model_path,
+    stop_token_ids,
+)
 from sd2.steering import SteeringHead, has_steering_head, new_head_for
 from sd2.train.checkpoint import verify_checkpoint
 from sd2.train.config import TrainConfig
@@ -62,7 +68,7 @@ def run_training(args: argparse.Namespace) -> None:
 def load_trainable_drafter(path) -> torch.nn.Module:
     """fp32 master weights whatever the checkpoint stores (shipped drafters are bf16; on a GPU the
     trainer's autocast brings bf16 back for the forwards)."""
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(path)), dtype=torch.float32)
 
 
 def _starting_point(args, config: TrainConfig, verifier):

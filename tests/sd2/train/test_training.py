@@ -271,3 +271,54 @@ def test_fine_tuning_from_a_shipped_bf16_drafter_trains_fp32_master_weights(tmp_
     head = new_head_for(verifier, reloaded)
     out = Trainer(_config(tmp_path / "sd2", "sd2", steps=1), reloaded, verifier, data, head).run()
     assert verify_checkpoint(out)["steps"] == 1
+
+
+def test_a_frozen_drafter_run_ships_as_a_steering_only_checkpoint(tmp_path, data):
+    """--share-drafter-with: the head alone is stored, the drafter weights are read (checksummed) from
+    the base's export; a changed base or a run that moved the drafter is refused."""
+    from sd2.cli import main
+    from sd2.devices import Placement
+    from sd2.models import SHARED_WEIGHTS, load_drafter
+
+    verifier = _verifier()
+    base_run = Trainer(_config(tmp_path, "pretrain", steps=2), _drafter(), verifier, data).run()
+    assert main(["train", "export", str(base_run), "--out", str(tmp_path / "ship" / "base")]) == 0
+    frozen_start = load_trainable_drafter_from(base_run)
+    head = new_head_for(verifier, frozen_start)
+    config = _config(tmp_path / "frozen", "sd2", steps=2, freeze_drafter=True)
+    frozen_run = Trainer(config, frozen_start, verifier, data, head).run()
+    target = tmp_path / "ship" / "frozen"
+    args = ["train", "export", str(frozen_run), "--out", str(target)]
+    assert main([*args, "--share-drafter-with", str(tmp_path / "ship" / "base")]) == 0
+
+    card = verify_checkpoint(target)
+    assert card[SHARED_WEIGHTS]["folder"] == "../base" and not (target / "model.safetensors").exists()
+    placement = Placement(torch.device("cpu"), torch.float32)
+    shipped = load_drafter("frozen", str(target), placement, verifier, tiny_tokenizer())
+    base = load_drafter("base", str(tmp_path / "ship" / "base"), placement, verifier, tiny_tokenizer())
+    for name, tensor in base.model.state_dict().items():
+        assert torch.equal(shipped.model.state_dict()[name], tensor), name
+    assert (
+        torch.equal(shipped.head.w_s, SteeringHead.load(frozen_run).w_s) and shipped.head.w_s.abs().sum() > 0
+    )
+
+    moved = Trainer(_config(tmp_path / "moved", "sd2", steps=2), load_trainable_drafter_from(base_run),
+                    verifier, data, new_head_for(verifier, _drafter())).run()  # fmt: skip
+    with pytest.raises(CheckpointError, match="drafter weights differ"):
+        export_from(moved, tmp_path / "ship" / "moved", tmp_path / "ship" / "base")
+    weights = tmp_path / "ship" / "base" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(CheckpointError, match="has changed since"):
+        verify_checkpoint(target)
+
+
+def load_trainable_drafter_from(folder):
+    from sd2.train.run import load_trainable_drafter
+
+    return load_trainable_drafter(folder)
+
+
+def export_from(source, target, base):
+    from sd2.train.checkpoint import export_checkpoint
+
+    return export_checkpoint(source, target, share_drafter_with=base)
