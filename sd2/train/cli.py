@@ -16,6 +16,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     pretrain.add_argument(
         "--data", default="pydocs,sharegpt", help="comma-separated: pydocs, sharegpt, synth:PATH"
     )
+    pretrain.add_argument(
+        "--from",
+        dest="base",
+        default=None,
+        help="continue pretraining this drafter checkpoint (a new schedule; --layers/--hidden/--ffn ignored)",
+    )
     distill = objectives.add_parser("distill", help="forward KL(verifier ‖ drafter) on responses")
     sd2 = objectives.add_parser("sd2", help="distill with the SD² steering head trained jointly")
     sd2.add_argument("--freeze-drafter", action="store_true", help="ablation: train only the steering head")

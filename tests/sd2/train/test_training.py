@@ -322,3 +322,23 @@ def export_from(source, target, base):
     from sd2.train.checkpoint import export_checkpoint
 
     return export_checkpoint(source, target, share_drafter_with=base)
+
+
+def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
+    import argparse
+
+    from sd2.train.run import _starting_point
+
+    verifier = _verifier()
+    first = Trainer(_config(tmp_path, "pretrain", steps=2), _drafter(), verifier, data).run()
+    args = argparse.Namespace(base=str(first), layers=9, hidden=8, ffn=8)  # shape flags are ignored
+    drafter, head, card = _starting_point(args, _config(tmp_path / "more", "pretrain"), verifier)
+    saved = load_trainable_drafter_from(first).state_dict()
+    assert head is None and card == {"initialised_from": str(first)}
+    assert all(torch.equal(saved[name], t) for name, t in drafter.state_dict().items())
+    fresh, _, fresh_card = _starting_point(
+        argparse.Namespace(base=None, layers=2, hidden=32, ffn=64),
+        _config(tmp_path / "new", "pretrain"),
+        verifier,
+    )
+    assert "architecture" in fresh_card and not torch.equal(fresh.lm_head.weight, drafter.lm_head.weight)
