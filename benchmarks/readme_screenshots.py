@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import tempfile
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
-import uvicorn
-
 from service.app import create_app
 from service.settings import Settings
+from service.threaded import loopback_socket, serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("SD2_CHROMIUM", "/usr/bin/chromium"))
@@ -63,21 +59,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "assets" / "screenshots")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))  # the UI's own client must know the port before it is mounted
-        port = sock.getsockname()[1]
-        settings = replace(Settings.from_env(), database_url=f"sqlite:///{Path(tmp) / 'shots.db'}", port=port)
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, mount_ui=True), log_level="warning"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.1)
-        try:
-            for path in take(f"http://127.0.0.1:{port}", args.out):
+        sock = loopback_socket()  # bound first: the mounted UI's client must know the port
+        db_url = f"sqlite:///{Path(tmp) / 'shots.db'}"
+        settings = replace(Settings.from_env(), database_url=db_url, port=sock.getsockname()[1])
+        with serve_in_thread(create_app(settings, mount_ui=True), sock=sock) as url:
+            for path in take(url, args.out):
                 print(path)
-        finally:
-            server.should_exit = True
-            thread.join(30)
 
 
 if __name__ == "__main__":

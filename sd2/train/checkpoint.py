@@ -43,11 +43,10 @@ def save_checkpoint(
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
     try:
-        model = drafter if dtype is None else _cast_copy(drafter, dtype)
         if with_weights:
-            model.save_pretrained(staging)
+            (drafter if dtype is None else _cast_copy(drafter, dtype)).save_pretrained(staging)
         else:
-            model.config.save_pretrained(staging)
+            drafter.config.save_pretrained(staging)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if head is not None:
@@ -137,7 +136,8 @@ def export_checkpoint(
     }
     if share_drafter_with is None:
         return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype)
-    card[SHARED_WEIGHTS] = _shared_weights(drafter.to(dtype), Path(share_drafter_with), Path(target))
+    drafter.to(dtype)  # in place: compared in the shipped dtype, and config.json records it
+    card[SHARED_WEIGHTS] = _shared_weights(drafter, Path(share_drafter_with), Path(target))
     return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, with_weights=False)
 
 

@@ -4,8 +4,6 @@ drafters (pretrained / distilled / SD² stand-ins), and a headless Chromium driv
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,37 +42,24 @@ def ui_drafters(tmp_path_factory, tiny_pair_dir) -> dict[str, Path]:
 def live_ui(tmp_path_factory, tiny_pair_dir, ui_drafters) -> Iterator[str]:
     """Base URL of `create_app(settings, mount_ui=True)` served by uvicorn on a free loopback port."""
     import torch
-    import uvicorn
 
     from sd2.engine import Engine
     from service.app import create_app
     from service.settings import Settings
+    from service.threaded import loopback_socket, serve_in_thread
 
     torch.set_num_threads(1)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+    sock = loopback_socket()  # bound first: the mounted UI's client must know the port
     verifier_dir, _ = tiny_pair_dir
     drafters = {name: str(folder) for name, folder in ui_drafters.items()}
     settings = Settings(
         home=tmp_path_factory.mktemp("ui_home"), verifier=str(verifier_dir), drafters=tuple(drafters.items()),
-        device="cpu", port=port, max_new_tokens=256, max_train_steps=200,
+        device="cpu", port=sock.getsockname()[1], max_new_tokens=256, max_train_steps=200,
     )  # fmt: skip
     engine = Engine.load(str(verifier_dir), drafters, device="cpu")
     engine.stream = _paced(engine.stream, BLOCK_DELAY_S)
-    app = create_app(settings, engine=engine, mount_ui=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the service did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve_in_thread(create_app(settings, engine=engine, mount_ui=True), sock=sock) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
