@@ -74,7 +74,7 @@ def load_trainable_drafter(path) -> torch.nn.Module:
 def _starting_point(args, config: TrainConfig, verifier):
     """pretrain: a fresh drafter (or, with --from, the checkpoint to keep pretraining); distill/sd2:
     the --from checkpoint (+ a new or existing head for sd2)."""
-    if config.objective == "pretrain" and getattr(args, "base", None) is None:
+    if config.objective == "pretrain" and args.base is None:
         shape = DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)
         return new_drafter(verifier, shape, seed=config.seed), None, {"architecture": shape.__dict__}
     verify_checkpoint(args.base)
