@@ -32,6 +32,12 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", choices=SOURCES, default="sharegpt", help="prompt corpus (first user turns)")
     p.add_argument("--split", choices=("train", "validation"), default="train", help="never the test split")
     p.add_argument("--limit", type=int, default=None, help="answer at most this many prompts (the first N)")
+    p.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="start after the first N prompts (e.g. the ones an earlier --limit N run answered)",
+    )
     p.add_argument("--out", type=Path, default=None, help="JSONL (default: SD2_HOME/data/synth/<name>.jsonl)")
     p.add_argument(
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
@@ -88,7 +94,7 @@ def synth_main(args: argparse.Namespace) -> int:
     """`sd2 data synth`: answer the first user turns of a training split with the verifier."""
     import torch
 
-    from sd2.data.synth import SynthConfig, run_synth, synth_prompts
+    from sd2.data.synth import SynthConfig, prompt_window, run_synth, synth_prompts
     from sd2.embedded import sd2_home
     from sd2.engine import Engine
 
@@ -102,7 +108,7 @@ def synth_main(args: argparse.Namespace) -> int:
     prompts = synth_prompts(
         _training_pool(args.source, args.split), engine.tokenizer, config.max_prompt_tokens
     )
-    prompts = prompts[: args.limit] if args.limit is not None else prompts
+    prompts = prompt_window(prompts, args.skip, args.limit)
     verifier = engine.verifier_name.replace("/", "--")
     name = f"{verifier}-{args.source}-{args.split}-T{config.temperature:g}-s{config.seed}"
     out = args.out or sd2_home() / "data" / "synth" / f"{name}.jsonl"

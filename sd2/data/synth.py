@@ -68,6 +68,16 @@ def synth_prompts(
     return prompts
 
 
+def prompt_window(prompts: Sequence[SynthPrompt], skip: int, limit: int | None) -> list[SynthPrompt]:
+    """prompts[skip : skip + limit] (limit None = to the end), so files can cover disjoint stretches."""
+    for flag, value in (("skip", skip), ("limit", limit)):
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} must be ≥ 0, got {value}")
+    if skip and skip >= len(prompts):
+        raise ValueError(f"skip {skip} leaves nothing: there are only {len(prompts)} prompts")
+    return list(prompts[skip : None if limit is None else skip + limit])
+
+
 def generation_config(config: SynthConfig, stop_ids: Sequence[int], pad_id: int) -> GenerationConfig:
     """Every logits processor set explicitly to its neutral value, so nothing is inherited from the model."""
     sampling = config.temperature > 0

@@ -70,6 +70,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads (1 is fastest on a busy box)"
     )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="autocast dtype of the forwards (fp32 master weights and losses either way); auto = bf16 on a "
+        "CUDA GPU, fp32 on CPU; bf16 is ≈ 2× faster on CPUs with AVX-512 BF16 or AMX",
+    )
 
 
 def _train(args: argparse.Namespace) -> int:

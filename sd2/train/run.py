@@ -42,6 +42,7 @@ def run_training(args: argparse.Namespace) -> None:
         eval_prompts=args.eval_prompts,
         seed=args.seed,
         threads=args.threads,
+        precision=args.precision,
     )
     if config.threads:
         torch.set_num_threads(config.threads)

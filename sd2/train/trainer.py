@@ -93,7 +93,10 @@ class Trainer:
         self.callbacks, self.card = list(callbacks), dict(card or {})
         # held around every use of the (possibly shared) verifier, e.g. a server's decoding lock
         self.model_lock = model_lock or nullcontext()
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=_precision())
+        # autocast is ours, not accelerate's mixed_precision: that one is a process-wide singleton, and
+        # the service runs jobs of different precisions in one process
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
+        self.bf16 = autocast_precision(config.precision) == "bf16"
         torch.manual_seed(config.seed)
         self.recipe = _Recipe(config, drafter, head if config.objective == "sd2" else None, verifier)
         if verifier is not None:
@@ -145,7 +148,7 @@ class Trainer:
         totals: dict[str, float] = {}
         for _ in range(self.config.grad_accum):
             batch = _to_device(next(data), self.accelerator.device)
-            with self.accelerator.autocast():
+            with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 out = self.recipe(batch, self.generator)
             self.accelerator.backward(out.loss / self.config.grad_accum)
             self.tokens_seen += int(out.metrics["tokens"])
@@ -279,8 +282,9 @@ class Trainer:
 
 
 def _identity(config: dict) -> dict:
-    """The settings that define a run; CPU threads may change between a run and its resumption."""
-    return {name: value for name, value in config.items() if name != "threads"}
+    """The settings that define a run; CPU threads may change between a run and its resumption.
+    Checkpoints written before `precision` existed ran at "auto"."""
+    return {"precision": "auto"} | {name: value for name, value in config.items() if name != "threads"}
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
@@ -289,8 +293,19 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
     )
 
 
-def _precision() -> str:
-    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+def autocast_precision(precision: str) -> str:
+    """What a TrainConfig.precision means on this machine: "bf16" or "no" (fp32 forwards)."""
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    if precision == "bf16" and not torch.cuda.is_available() and not _cpu_has_bf16():
+        log.warning("this CPU has neither AVX-512 BF16 nor AMX: bf16 autocast will be slower than fp32")
+    return "no" if precision == "fp32" else "bf16"
+
+
+def _cpu_has_bf16() -> bool:
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(cpu, name, lambda: False)() for name in checks)
 
 
 def _machine() -> str:

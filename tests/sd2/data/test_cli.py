@@ -25,3 +25,20 @@ def test_synth_refuses_the_test_split():
 
     with pytest.raises(SystemExit):
         parser().parse_args(["data", "synth", "--split", "test"])
+
+
+def test_synth_prompt_window_covers_disjoint_stretches():
+    import pytest
+
+    from sd2.data.synth import SynthPrompt, prompt_window
+
+    prompts = [SynthPrompt(f"c{i}", (i,)) for i in range(10)]
+    first, second = prompt_window(prompts, 0, 4), prompt_window(prompts, 4, 4)
+    assert [p.id for p in first] == ["c0", "c1", "c2", "c3"]
+    assert [p.id for p in second] == ["c4", "c5", "c6", "c7"]
+    assert [p.id for p in prompt_window(prompts, 8, None)] == ["c8", "c9"]
+    assert parser().parse_args(["data", "synth", "--skip", "800"]).skip == 800
+    with pytest.raises(ValueError, match="skip must be ≥ 0, got -1"):
+        prompt_window(prompts, -1, 4)
+    with pytest.raises(ValueError, match="skip 10 leaves nothing: there are only 10 prompts"):
+        prompt_window(prompts, 10, None)

@@ -342,3 +342,36 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
         verifier,
     )
     assert "architecture" in fresh_card and not torch.equal(fresh.lm_head.weight, drafter.lm_head.weight)
+
+
+class _ForwardDtypes(TrainCallback):
+    """Records the dtype of the drafter's logits in every training forward (via a forward hook)."""
+
+    def __init__(self, drafter):
+        self.dtypes: set[torch.dtype] = set()
+        drafter.register_forward_hook(lambda module, args, out: self.dtypes.add(out.logits.dtype))
+
+
+def test_bf16_precision_trains_in_bf16_with_fp32_master_weights(tmp_path, data):
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter)
+    seen = _ForwardDtypes(drafter)
+    config = _config(tmp_path, "sd2", precision="bf16")
+    out = Trainer(config, drafter, verifier, data, head, callbacks=[seen]).run()
+    assert torch.bfloat16 in seen.dtypes  # the training forwards ran under bf16 autocast
+    losses = _losses(out)
+    assert sum(losses[-3:]) / 3 < 0.9 * sum(losses[:3]) / 3
+    assert all(p.dtype == torch.float32 for p in drafter.parameters())
+    assert head.w_s.dtype == torch.float32
+    assert verify_checkpoint(out)["recipe"]["precision"] == "bf16"
+
+
+def test_fp32_precision_keeps_forwards_in_fp32_and_precision_is_part_of_the_run(tmp_path, data):
+    verifier, drafter = _verifier(), _drafter()
+    seen = _ForwardDtypes(drafter)
+    Trainer(_config(tmp_path, "distill", steps=2, precision="fp32"), drafter, verifier, data).run()
+    assert seen.dtypes == {torch.float32}
+    with pytest.raises(ValueError, match="different run"):
+        Trainer(_config(tmp_path, "distill", steps=2, precision="bf16"), _drafter(), verifier, data).run()
+    with pytest.raises(ValueError, match=r"precision must be one of .* got 'fp16'"):
+        _config(tmp_path, "distill", precision="fp16")

@@ -1,0 +1,93 @@
+"""Training step time, fp32 vs bf16 autocast (`sd2 train --precision`), side by side in one process.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/train_precision.py [--steps 6] [--threads 2]
+
+For each recipe (pretrain, distill, sd2) on the real pair — the embedded SmolLM2-135M-Instruct verifier
+and the shipped `pretrained` drafter (+ the shipped `sd2` head) — it runs the same ShareGPT training
+batches (8 × 256 tokens) as full optimiser steps, alternating fp32 and bf16 step by step so machine
+noise hits both, and prints median seconds per step, the speed ratio, and the loss each precision
+computes on the first (identical) batch. The first step of each precision is a warm-up, not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from sd2.data.batches import ShardSet, batches
+from sd2.data.shards import ShardConfig
+from sd2.devices import default_placement
+from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
+from sd2.steering import SteeringHead
+from sd2.train.objectives import distill_step, pretrain_step
+from sd2.train.run import load_trainable_drafter
+from sd2.train.sources import shard_folder
+
+ROOT = Path(__file__).resolve().parents[1]
+DRAFTERS = ROOT / "assets" / "drafters"
+
+
+def one_step(recipe: str, drafter, head, verifier, batch, optimizer, bf16: bool) -> tuple[float, float]:
+    """One optimiser step; returns (seconds, loss)."""
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        if recipe == "pretrain":
+            out = pretrain_step(drafter, batch)
+        else:
+            generator = torch.Generator().manual_seed(0)
+            out = distill_step(drafter, verifier, batch, head if recipe == "sd2" else None, 4, generator)
+    out.loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - start, float(out.loss.detach())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per precision and recipe")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--recipes", nargs="+", default=["pretrain", "distill", "sd2"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    verifier_path = resolve_model_path(None)
+    verifier = load_causal_lm(verifier_path, default_placement("cpu")).requires_grad_(False).eval()
+    tokenizer = load_tokenizer(verifier_path)
+    rows = ShardSet(shard_folder("sharegpt", "train", tokenizer, ShardConfig(seq_len=256)))
+    data = list(zip(range(args.steps + 1), batches(rows, 8, seed=0, trim=True), strict=False))
+    print(
+        f"# fp32 vs bf16 training steps — {datetime.date.today()}, {platform.machine()}, "
+        f"{args.threads} threads, torch {torch.__version__}, bf16 CPU support: "
+        f"{torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()}\n"
+    )
+    print("| recipe | fp32 s/step | bf16 s/step | speed-up | loss fp32 | loss bf16 |")
+    print("|---|---|---|---|---|---|")
+    for recipe in args.recipes:
+        runs = {}
+        for bf16 in (False, True):
+            drafter = load_trainable_drafter(DRAFTERS / "pretrained").train()
+            head = SteeringHead.load(DRAFTERS / "sd2").float().train() if recipe == "sd2" else None
+            params = list(drafter.parameters()) + (list(head.parameters()) if head is not None else [])
+            runs[bf16] = (drafter, head, torch.optim.AdamW(params, lr=1e-4), [], [])
+        for _, batch in data:
+            for bf16 in (False, True):  # alternate, so noise from the rest of the machine hits both
+                drafter, head, optimizer, times, losses = runs[bf16]
+                seconds, loss = one_step(recipe, drafter, head, verifier, batch, optimizer, bf16)
+                times.append(seconds)
+                losses.append(loss)
+        fp32, bf16 = (statistics.median(runs[b][3][1:]) for b in (False, True))
+        print(
+            f"| {recipe} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f}× | {runs[False][4][0]:.4f} | "
+            f"{runs[True][4][0]:.4f} |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
