@@ -115,7 +115,9 @@ class Handlers:
         return note, columns_html(results), plots.compare_bars(results), plots.position_curves(results)
 
     # --- Train ------------------------------------------------------------------------------------
-    def train(self, name, method, base, steps, lr, k, seq_len, batch, seed, data, api_key) -> Iterator:
+    def train(
+        self, name, method, base, steps, lr, k, seq_len, batch, seed, precision, data, api_key
+    ) -> Iterator:
         body = {
             "name": name,
             "method": method,
@@ -126,6 +128,7 @@ class Handlers:
             "seq_len": int(seq_len),
             "batch_size": int(batch),
             "seed": int(seed),
+            "precision": precision or "auto",
         }
         if data and data.strip():
             body["data"] = [t.strip() for t in data.split("\n\n") if t.strip()]

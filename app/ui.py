@@ -173,6 +173,13 @@ def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGro
                 seq_len = gr.Number(64, label="Sequence length", precision=0)
                 batch = gr.Number(4, label="Batch size", precision=0)
                 seed = gr.Number(0, label="Seed", precision=0)
+                precision = gr.Dropdown(
+                    ["auto", "fp32", "bf16"],
+                    value="auto",
+                    label="Precision",
+                    info="bf16 ≈ 2× faster on CPUs with AVX-512 BF16",
+                    elem_id="train-precision",
+                )
             data = gr.Textbox("", label="Training texts (optional; blank line between texts)", lines=3)
             key = gr.Textbox("", label="API key (only if the server sets SD2_API_KEY)", type="password")
             with gr.Row():
@@ -183,7 +190,7 @@ def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGro
             bar = gr.HTML(elem_id="train-progress")
             curve = gr.Plot(plots.train_plot([]), elem_id="train-curve", show_label=False)
             job_id = gr.Number(None, label="Job id", precision=0, interactive=False)
-    inputs = [name, method, base, steps, lr, k, seq_len, batch, seed, data, key]
+    inputs = [name, method, base, steps, lr, k, seq_len, batch, seed, precision, data, key]
     go.click(h.train, inputs, [bar, curve, status, job_id, gen_method, cmp_methods, base])
     cancel.click(h.cancel, [job_id, key], status)
     return base

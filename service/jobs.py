@@ -42,6 +42,7 @@ class TrainSpec:
     batch_size: int
     seed: int
     output_dir: Path  # SD2_HOME/drafters/<name>: built from a validated name, never from a path in a request
+    precision: str = "auto"  # auto | fp32 | bf16 (TrainConfig.precision)
 
 
 OnMetric = Callable[[int, Mapping[str, float]], None]
@@ -83,6 +84,7 @@ class JobRunner:
                 batch_size=spec["batch_size"],
                 seed=spec["seed"],
                 output_dir=self.drafters_dir / name,
+                precision=spec.get("precision", "auto"),
             )
         )
         return job_id

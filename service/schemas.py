@@ -271,6 +271,11 @@ class TrainIn(BaseModel):
     seq_len: int = Field(64, ge=8, le=4096)
     batch_size: int = Field(4, ge=1, le=256)
     seed: int = Field(0, ge=0, lt=2**63)
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="autocast of the training forwards: auto = bf16 on a CUDA GPU, fp32 on CPU; bf16 is "
+        "≈ 2× faster on CPUs with AVX-512 BF16 / AMX",
+    )
 
 
 class MetricPointOut(BaseModel):

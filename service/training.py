@@ -75,6 +75,7 @@ class RecipeTrainer:
                 eval_prompts=len(data.eval_prompts),
                 seed=spec.seed,
                 eval_max_new_tokens=32,
+                precision=spec.precision,
             )
             reporter = _MetricBuffer(on_metric, should_stop)
             trainer = Trainer(

@@ -58,6 +58,7 @@ def test_a_job_trains_registers_its_drafter_and_survives_a_restart(settings):
         )
         card = json.loads((settings.drafters_dir / "cat-drafter" / "sd2_card.json").read_text())
         assert card["steps"] == 4 and card["base"] == "tiny" and card["recipe"]["objective"] == "pretrain"
+        assert card["recipe"]["precision"] == "auto"
         assert card["final_metrics"]["val_tau"] >= 1.0 and card["tokens_seen"] > 0
         used = client.post("/generate", json={"prompt": PROMPT, "method": "cat-drafter", "max_new_tokens": 5})
         assert used.status_code == 200 and used.json()["method"] == "cat-drafter"
@@ -111,6 +112,7 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
             "method": {"name": "x", "base_drafter": "tiny", "method": "dpo"},
             "name": {"name": "../../etc", "base_drafter": "tiny"},
             "steps": {"name": "x", "base_drafter": "tiny", "steps": 0},
+            "precision": {"name": "x", "base_drafter": "tiny", "precision": "fp16"},
         }
         for field, body in refused.items():
             response = client.post("/train", json=body)
@@ -125,9 +127,9 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
 def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_drafters(settings):
     with TestClient(create_app(settings)) as client:
         settings_of = {"base_drafter": "tiny", "steps": 3, "seq_len": 32, "batch_size": 2}
-        ids = [
-            client.post("/train", json={"name": f"job-{m}", "method": m, **settings_of}).json()["id"]
-            for m in ("distill", "sd2")
+        ids = [  # the sd2 job also runs its forwards under bf16 autocast
+            client.post("/train", json={"name": f"job-{m}", "method": m, **settings_of, **extra}).json()["id"]
+            for m, extra in (("distill", {}), ("sd2", {"precision": "bf16"}))
         ]
         for job_id in ids:
             job = _wait(client, job_id)
@@ -136,6 +138,14 @@ def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_draft
             assert {"loss", "val_tau"} <= names
         drafters = {d["name"]: d for d in client.get("/drafters").json()}
         assert drafters["job-sd2"]["steering"] and not drafters["job-distill"]["steering"]
+        cards = {
+            m: json.loads((settings.drafters_dir / f"job-{m}" / "sd2_card.json").read_text())
+            for m in ("distill", "sd2")
+        }
+        assert (
+            cards["sd2"]["recipe"]["precision"] == "bf16"
+            and cards["distill"]["recipe"]["precision"] == "auto"
+        )
         result = client.post(
             "/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}
         ).json()
