@@ -9,6 +9,7 @@ document-level split, and HumanEval is never offered for training.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
@@ -20,16 +21,34 @@ from sd2.data.sharegpt import sharegpt_conversations
 from sd2.data.split import DOCS_SPLIT, Split, select, split_of, train_only
 
 
+def synth_split(path: Path) -> str | None:
+    """Which split's prompts a `sd2 data synth` file answers (its `.meta.json`); None without one."""
+    meta = Path(path).with_name(Path(path).name + ".meta.json")
+    return json.loads(meta.read_text()).get("split") if meta.is_file() else None
+
+
 def synth_shards(
     path: Path,
     tokenizer: PreTrainedTokenizerBase,
     config: ShardConfig = DEFAULT_CONFIG,
     home: Path | None = None,
+    split: Split = "train",
 ) -> Path:
-    """Shards of a `sd2 data synth` file, keyed by the file's content hash."""
+    """Shards of a `sd2 data synth` file, keyed by the file's content hash. The file must answer
+    prompts of `split`: training on answers to held-out prompts is refused, and so is validating on
+    a file that does not say it answers validation prompts."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no synth file {path}: run `sd2 data synth` first")
+    answered = synth_split(path)
+    if answered is not None and answered != split:
+        leak = " (training on it would leak held-out prompts)" if split == "train" else ""
+        raise ValueError(f"{path} answers {answered}-split prompts, not {split} ones{leak}")
+    if answered is None and split != "train":
+        raise ValueError(
+            f"{path} has no {path.name}.meta.json saying which prompts it answers; {split} data must "
+            f"come from `sd2 data synth --split {split}`"
+        )
     source = {"kind": "synth", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     return cached_shards(path.stem, lambda: synth_examples(path), tokenizer, config, source, home)
 

@@ -68,6 +68,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-prompts", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--validation-data",
+        default="sharegpt",
+        help="validation rows and τ prompts: sharegpt (recorded replies of held-out prompts) or synth:PATH "
+        "made by `sd2 data synth --split validation` (the verifier's own answers to them)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads (1 is fastest on a busy box)"
     )
     parser.add_argument(

@@ -56,6 +56,7 @@ def run_training(args: argparse.Namespace) -> None:
         tokenizer,
         config.eval_prompts,
         seq_len=args.seq_len,
+        validation_name=args.validation_data,
     )
     card = {**card, "base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
     trainer = Trainer(

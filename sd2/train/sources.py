@@ -21,9 +21,7 @@ def shard_folder(name: str, split: str, tokenizer, config: ShardConfig) -> Path:
     if name == "sharegpt":
         return sharegpt_reply_shards(split, tokenizer, config)
     if name.startswith("synth:"):
-        if split != "train":
-            raise ValueError("synth data has no validation split; validate on sharegpt")
-        return synth_shards(Path(name.removeprefix("synth:")), tokenizer, config)
+        return synth_shards(Path(name.removeprefix("synth:")), tokenizer, config, split=split)
     raise ValueError(f"data source {name!r} is not one of pydocs, sharegpt, synth:PATH")
 
 
@@ -41,16 +39,28 @@ def concatenate(sets: Sequence[ShardSet]) -> ShardSet:
 
 
 def training_data(
-    names: Sequence[str], tokenizer, eval_prompts: int, seq_len: int = DEFAULT_CONFIG.seq_len
+    names: Sequence[str],
+    tokenizer,
+    eval_prompts: int,
+    seq_len: int = DEFAULT_CONFIG.seq_len,
+    validation_name: str = "sharegpt",
 ) -> TrainData:
-    """Train rows from the named sources; validation rows and τ prompts from held-out ShareGPT."""
+    """Train rows from the named sources; validation rows and τ prompts from the held-out validation
+    split of `validation_name`: ShareGPT's recorded replies, or `synth:PATH` made with
+    `sd2 data synth --split validation` (the verifier's own answers — what synth-trained drafters learn)."""
     config = ShardConfig(seq_len=seq_len)
     train = concatenate([ShardSet(shard_folder(n, "train", tokenizer, config)) for n in names])
-    validation = ShardSet(shard_folder("sharegpt", "validation", tokenizer, config))
+    if validation_name == "pydocs":
+        raise ValueError("validation data must be sharegpt or synth:PATH (prompts with answers)")
+    validation = ShardSet(shard_folder(validation_name, "validation", tokenizer, config))
     description = {
         "sources": list(names),
         "train_rows": len(train),
-        "validation": "sharegpt validation split (first replies)",
+        "validation": (
+            "sharegpt validation split (first replies)"
+            if validation_name == "sharegpt"
+            else f"{validation_name} (verifier answers to sharegpt validation prompts)"
+        ),
         "seq_len": seq_len,
     }
     return TrainData(train, validation, held_out_prompts(validation, eval_prompts), description)

@@ -145,3 +145,63 @@ def test_docs_text_shards_hold_only_their_split(tokenizer, tmp_path):
     )
     docs = {i.split("@")[0] for i in ShardSet(folder).ids}
     assert docs == {n for n in names if split_of(n, DOCS_SPLIT) == "test"} and docs
+
+
+def _synth_file(folder, tokenizer, split: str | None):
+    """A small `sd2 data synth`-shaped JSONL (+ its .meta.json naming the split, unless None)."""
+    import json
+
+    from sd2.prompts import encode_prompt
+
+    path = folder / f"synth-{split}.jsonl"
+    rows = []
+    for i in range(6):
+        prompt = encode_prompt(tokenizer, prompt=f"Question {i}?")
+        response = tokenizer(REPLIES[i % len(REPLIES)], add_special_tokens=False)["input_ids"]
+        rows.append(json.dumps({"id": f"s{i}", "prompt_ids": prompt, "response_ids": response}))
+    path.write_text("\n".join(rows) + "\n")
+    if split is not None:
+        path.with_name(path.name + ".meta.json").write_text(
+            json.dumps({"split": split, "source": "sharegpt"})
+        )
+    return path
+
+
+def test_synth_files_serve_only_the_split_they_answer(tokenizer, tmp_path):
+    from sd2.data.datasets import synth_shards
+
+    config = ShardConfig(seq_len=64, min_response_tokens=2)
+    train_file = _synth_file(tmp_path, tokenizer, "train")
+    validation_file = _synth_file(tmp_path, tokenizer, "validation")
+    bare_file = _synth_file(tmp_path, tokenizer, None)
+    home = tmp_path / "home"
+    assert len(ShardSet(synth_shards(train_file, tokenizer, config, home, split="train"))) == 6
+    assert len(ShardSet(synth_shards(validation_file, tokenizer, config, home, split="validation"))) == 6
+    assert len(ShardSet(synth_shards(bare_file, tokenizer, config, home, split="train"))) == 6
+    with pytest.raises(ValueError, match=r"answers validation-split prompts, not train ones .*leak held-out"):
+        synth_shards(validation_file, tokenizer, config, home, split="train")
+    with pytest.raises(ValueError, match="answers train-split prompts, not validation ones"):
+        synth_shards(train_file, tokenizer, config, home, split="validation")
+    with pytest.raises(
+        ValueError, match=r"no synth-None\.jsonl\.meta\.json .*`sd2 data synth --split validation`"
+    ):
+        synth_shards(bare_file, tokenizer, config, home, split="validation")
+
+
+def test_training_can_validate_on_the_verifiers_answers_to_validation_prompts(
+    tokenizer, tmp_path, monkeypatch
+):
+    from sd2.train.sources import training_data
+
+    monkeypatch.setenv("SD2_HOME", str(tmp_path / "home"))
+    train_file = _synth_file(tmp_path, tokenizer, "train")
+    validation_file = _synth_file(tmp_path, tokenizer, "validation")
+    data = training_data(
+        [f"synth:{train_file}"], tokenizer, 2, seq_len=64, validation_name=f"synth:{validation_file}"
+    )
+    assert len(data.train) == 6 and len(data.validation) == 6 and len(data.eval_prompts) == 2
+    assert data.description["validation"].startswith(f"synth:{validation_file} (verifier answers")
+    with pytest.raises(ValueError, match="not train ones"):  # the two files swapped
+        training_data([f"synth:{validation_file}"], tokenizer, 2, seq_len=64)
+    with pytest.raises(ValueError, match="validation data must be sharegpt or synth:PATH"):
+        training_data([f"synth:{train_file}"], tokenizer, 2, seq_len=64, validation_name="pydocs")
