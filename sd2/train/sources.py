@@ -59,7 +59,7 @@ def training_data(
         "validation": (
             "sharegpt validation split (first replies)"
             if validation_name == "sharegpt"
-            else f"{validation_name} (verifier answers to sharegpt validation prompts)"
+            else f"{validation_name} (verifier answers to validation-split prompts)"
         ),
         "seq_len": seq_len,
     }
