@@ -79,7 +79,7 @@ def _starting_point(args, config: TrainConfig, verifier):
     if config.objective == "pretrain" and args.base is None:
         shape = DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)
         return new_drafter(verifier, shape, seed=config.seed), None, {"architecture": shape.__dict__}
-    verify_checkpoint(args.base)
+    base_card = verify_checkpoint(args.base)
     drafter = load_trainable_drafter(args.base)
     head = None
     if config.objective == "sd2":
@@ -88,4 +88,22 @@ def _starting_point(args, config: TrainConfig, verifier):
             if has_steering_head(args.base)
             else new_head_for(verifier, drafter, k=config.k)
         )
-    return drafter, head, {"initialised_from": str(args.base)}
+    return drafter, head, {"initialised_from": str(args.base), "lineage": lineage(base_card)}
+
+
+def lineage(base_card: dict) -> list[dict]:
+    """The runs behind a starting checkpoint, most recent first: its own summary, then its lineage —
+    so a fine-tune's card tells every stage's recipe, data, steps and tokens, not only the last one."""
+    recipe = base_card.get("recipe") or {}
+    data = base_card.get("data") or {}
+    summary = {
+        "initialised_from": base_card.get("initialised_from"),
+        "exported_from": base_card.get("exported_from"),
+        "objective": recipe.get("objective") if isinstance(recipe, dict) else recipe,
+        "steps": base_card.get("steps"),
+        "tokens_seen": base_card.get("tokens_seen"),
+        "sources": data.get("sources") if isinstance(data, dict) else None,
+        "wall_time_s": base_card.get("wall_time_s"),
+        "final_metrics": base_card.get("final_metrics"),
+    }
+    return [summary, *base_card.get("lineage", [])]

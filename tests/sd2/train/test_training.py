@@ -334,7 +334,12 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
     args = argparse.Namespace(base=str(first), layers=9, hidden=8, ffn=8)  # shape flags are ignored
     drafter, head, card = _starting_point(args, _config(tmp_path / "more", "pretrain"), verifier)
     saved = load_trainable_drafter_from(first).state_dict()
-    assert head is None and card == {"initialised_from": str(first)}
+    assert head is None and card["initialised_from"] == str(first)
+    first_card = verify_checkpoint(first)
+    [stage] = card["lineage"]  # the base had no lineage of its own: one stage
+    assert stage["objective"] == "pretrain" and stage["steps"] == 2
+    assert stage["tokens_seen"] == first_card["tokens_seen"] > 0
+    assert stage["final_metrics"] == first_card["final_metrics"]
     assert all(torch.equal(saved[name], t) for name, t in drafter.state_dict().items())
     fresh, _, fresh_card = _starting_point(
         argparse.Namespace(base=None, layers=2, hidden=32, ffn=64),
@@ -342,6 +347,17 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
         verifier,
     )
     assert "architecture" in fresh_card and not torch.equal(fresh.lm_head.weight, drafter.lm_head.weight)
+    second = Trainer(
+        _config(tmp_path, "pretrain", out_dir=str(tmp_path / "second"), steps=1),
+        drafter,
+        verifier,
+        data,
+        card=card,
+    ).run()
+    _, _, third_card = _starting_point(
+        argparse.Namespace(base=str(second)), _config(tmp_path / "x", "distill"), verifier
+    )
+    assert [s["steps"] for s in third_card["lineage"]] == [1, 2]  # most recent stage first
 
 
 class _ForwardDtypes(TrainCallback):
