@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import platform
 import statistics
 import time
@@ -59,7 +60,7 @@ def main() -> int:
     verifier = load_causal_lm(verifier_path, default_placement("cpu")).requires_grad_(False).eval()
     tokenizer = load_tokenizer(verifier_path)
     rows = ShardSet(shard_folder("sharegpt", "train", tokenizer, ShardConfig(seq_len=256)))
-    data = list(zip(range(args.steps + 1), batches(rows, 8, seed=0, trim=True), strict=False))
+    data = list(itertools.islice(batches(rows, 8, seed=0, trim=True), args.steps + 1))  # + 1 warm-up
     print(
         f"# fp32 vs bf16 training steps — {datetime.date.today()}, {platform.machine()}, "
         f"{args.threads} threads, torch {torch.__version__}, bf16 CPU support: "
@@ -74,7 +75,7 @@ def main() -> int:
             head = SteeringHead.load(DRAFTERS / "sd2").float().train() if recipe == "sd2" else None
             params = list(drafter.parameters()) + (list(head.parameters()) if head is not None else [])
             runs[bf16] = (drafter, head, torch.optim.AdamW(params, lr=1e-4), [], [])
-        for _, batch in data:
+        for batch in data:
             for bf16 in (False, True):  # alternate, so noise from the rest of the machine hits both
                 drafter, head, optimizer, times, losses = runs[bf16]
                 seconds, loss = one_step(recipe, drafter, head, verifier, batch, optimizer, bf16)

@@ -2,11 +2,10 @@
 validation rows and τ decoded by the engine on 4 validation prompts — exactly what `sd2 train` logs.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/validate_checkpoints.py \
-        --validation-data synth:SYNTH_VAL.jsonl --train-data synth:ANY_TRAIN.jsonl assets/drafters/*
+        --validation-data synth:SYNTH_VAL.jsonl assets/drafters/*
 
-Used for the "stage-2 checkpoint" column of assets/drafters/README.md (stage 3). `--train-data` is only
-needed because the validation data is assembled by the same function as a training run's (any small
-training source works; nothing is trained). Checkpoints with a steering head are validated steered.
+Used for the "stage-2 checkpoint" column of assets/drafters/README.md (stage 3). Checkpoints with a
+steering head are validated steered.
 """
 
 from __future__ import annotations
@@ -21,15 +20,14 @@ from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path, stop_
 from sd2.steering import SteeringHead, has_steering_head
 from sd2.train.config import TrainConfig
 from sd2.train.run import load_trainable_drafter
-from sd2.train.sources import training_data
-from sd2.train.trainer import Trainer
+from sd2.train.sources import validation_data
+from sd2.train.trainer import TrainData, Trainer
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+")
     parser.add_argument("--validation-data", default="sharegpt")
-    parser.add_argument("--train-data", default="sharegpt")
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
@@ -38,9 +36,8 @@ def main() -> int:
     path = resolve_model_path(None)
     verifier = load_causal_lm(path, default_placement("cpu"))
     tokenizer = load_tokenizer(path)
-    data = training_data(
-        [args.train_data], tokenizer, 4, seq_len=args.seq_len, validation_name=args.validation_data
-    )
+    rows, prompts, _ = validation_data(args.validation_data, tokenizer, 4, seq_len=args.seq_len)
+    data = TrainData(train=rows, validation=rows, eval_prompts=prompts)  # nothing is trained
     print("| checkpoint | val KL | top-1 agreement | τ |\n|---|---|---|---|")
     for folder in args.checkpoints:
         drafter = load_trainable_drafter(folder)

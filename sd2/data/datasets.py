@@ -19,12 +19,13 @@ from sd2.data.pydocs import SOURCES, docs_documents, docs_version
 from sd2.data.shards import DEFAULT_CONFIG, ShardConfig, cached_shards
 from sd2.data.sharegpt import sharegpt_conversations
 from sd2.data.split import DOCS_SPLIT, Split, select, split_of, train_only
+from sd2.data.synth import meta_path
 
 
 def synth_split(path: Path) -> str | None:
-    """Which split's prompts a `sd2 data synth` file answers (its `.meta.json`); None without one."""
-    meta = Path(path).with_name(Path(path).name + ".meta.json")
-    return json.loads(meta.read_text()).get("split") if meta.is_file() else None
+    """Which split's prompts a `sd2 data synth` file answers (its settings file); None without one."""
+    settings = meta_path(path)
+    return json.loads(settings.read_text()).get("split") if settings.is_file() else None
 
 
 def synth_shards(
@@ -46,7 +47,7 @@ def synth_shards(
         raise ValueError(f"{path} answers {answered}-split prompts, not {split} ones{leak}")
     if answered is None and split != "train":
         raise ValueError(
-            f"{path} has no {path.name}.meta.json saying which prompts it answers; {split} data must "
+            f"{path} has no {meta_path(path).name} saying which prompts it answers; {split} data must "
             f"come from `sd2 data synth --split {split}`"
         )
     source = {"kind": "synth", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

@@ -146,11 +146,16 @@ def done_ids(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in data[:good].decode("utf-8").splitlines() if line.strip()}
 
 
+def meta_path(out: Path) -> Path:
+    """Where a synth file's settings (verifier, source, split, generation config) are written."""
+    return Path(out).with_name(Path(out).name + ".meta.json")
+
+
 def check_meta(out: Path, meta: dict) -> None:
     """Write the run's settings next to the output, or refuse to resume a run made with other settings."""
-    meta_path = out.with_name(out.name + ".meta.json")
-    if meta_path.is_file():
-        previous = json.loads(meta_path.read_text())
+    settings = meta_path(out)
+    if settings.is_file():
+        previous = json.loads(settings.read_text())
         if previous != meta:
             changed = sorted(k for k in meta.keys() | previous.keys() if meta.get(k) != previous.get(k))
             raise ValueError(
@@ -158,7 +163,7 @@ def check_meta(out: Path, meta: dict) -> None:
                 "use a new --out file or the same settings"
             )
         return
-    write_text(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    write_text(settings, json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
 def run_synth(

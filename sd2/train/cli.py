@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sd2.train.config import PRECISIONS
+
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train drafters: pretrain, distill, sd2")
@@ -78,7 +80,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=("auto", "fp32", "bf16"),
+        choices=PRECISIONS,
         default="auto",
         help="autocast dtype of the forwards (fp32 master weights and losses either way); auto = bf16 on a "
         "CUDA GPU, fp32 on CPU; bf16 is ≈ 2× faster on CPUs with AVX-512 BF16 or AMX",

@@ -38,6 +38,23 @@ def concatenate(sets: Sequence[ShardSet]) -> ShardSet:
     return combined
 
 
+def validation_data(
+    name: str, tokenizer, eval_prompts: int, seq_len: int = DEFAULT_CONFIG.seq_len
+) -> tuple[ShardSet, list[list[int]], str]:
+    """Validation rows, τ prompts and a description from the held-out validation split of `name`:
+    ShareGPT's recorded replies, or `synth:PATH` made with `sd2 data synth --split validation` (the
+    verifier's own answers — what synth-trained drafters learn)."""
+    if name == "pydocs":
+        raise ValueError("validation data must be sharegpt or synth:PATH (prompts with answers)")
+    rows = ShardSet(shard_folder(name, "validation", tokenizer, ShardConfig(seq_len=seq_len)))
+    description = (
+        "sharegpt validation split (first replies)"
+        if name == "sharegpt"
+        else f"{name} (verifier answers to validation-split prompts)"
+    )
+    return rows, held_out_prompts(rows, eval_prompts), description
+
+
 def training_data(
     names: Sequence[str],
     tokenizer,
@@ -45,22 +62,14 @@ def training_data(
     seq_len: int = DEFAULT_CONFIG.seq_len,
     validation_name: str = "sharegpt",
 ) -> TrainData:
-    """Train rows from the named sources; validation rows and τ prompts from the held-out validation
-    split of `validation_name`: ShareGPT's recorded replies, or `synth:PATH` made with
-    `sd2 data synth --split validation` (the verifier's own answers — what synth-trained drafters learn)."""
+    """Train rows from the named sources; validation rows and τ prompts from `validation_data`."""
     config = ShardConfig(seq_len=seq_len)
     train = concatenate([ShardSet(shard_folder(n, "train", tokenizer, config)) for n in names])
-    if validation_name == "pydocs":
-        raise ValueError("validation data must be sharegpt or synth:PATH (prompts with answers)")
-    validation = ShardSet(shard_folder(validation_name, "validation", tokenizer, config))
+    validation, prompts, described = validation_data(validation_name, tokenizer, eval_prompts, seq_len)
     description = {
         "sources": list(names),
         "train_rows": len(train),
-        "validation": (
-            "sharegpt validation split (first replies)"
-            if validation_name == "sharegpt"
-            else f"{validation_name} (verifier answers to validation-split prompts)"
-        ),
+        "validation": described,
         "seq_len": seq_len,
     }
-    return TrainData(train, validation, held_out_prompts(validation, eval_prompts), description)
+    return TrainData(train, validation, prompts, description)
