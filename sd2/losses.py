@@ -19,13 +19,14 @@ def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor, mask: to
     return _masked_mean(per_position, mask)
 
 
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of logits[b, t] against targets[b, t] (already shifted), mean over masked positions.
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of logits[n] against targets[n] over the N selected positions (0 when N = 0).
 
-    logits: [B, T, V]; targets: [B, T] long; mask: [B, T] bool.
+    logits: [N, V]; targets: [N] long. Callers select the positions before the LM head, so the
+    head (most of a small drafter's compute) runs only where a loss is taken.
     """
-    per_position = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # [B, T]
-    return _masked_mean(per_position, mask)
+    total = F.cross_entropy(logits.float(), targets, reduction="sum")
+    return total / max(len(targets), 1)
 
 
 def top1_agreement(

@@ -1,4 +1,5 @@
-"""Ready-made shard folders for training: verifier answers (synth), ShareGPT replies, Python-docs text.
+"""Ready-made shard folders for training: verifier answers (synth), ShareGPT replies (first or every
+turn), Python-docs text.
 
 Each returns a cached shard folder (`shards.cached_shards`) whose name and hash record the source,
 split and seed, so a trainer asks for data by meaning and never rebuilds what is already on disk.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from sd2.data.examples import conversation_examples, synth_examples, text_examples
+from sd2.data.examples import conversation_examples, synth_examples, text_examples, turn_examples
 from sd2.data.pydocs import SOURCES, docs_documents, docs_version
 from sd2.data.shards import DEFAULT_CONFIG, ShardConfig, cached_shards
 from sd2.data.sharegpt import sharegpt_conversations
@@ -69,6 +70,24 @@ def sharegpt_reply_shards(
 
     source = {"kind": "sharegpt-replies", "split": split, "split_config": "CHAT_SPLIT"}
     return cached_shards(f"sharegpt-replies-{split}", examples, tokenizer, config, source, home)
+
+
+def sharegpt_turn_shards(
+    split: Split,
+    tokenizer: PreTrainedTokenizerBase,
+    config: ShardConfig = DEFAULT_CONFIG,
+    home: Path | None = None,
+) -> Path:
+    """ShareGPT's recorded replies, every assistant turn in full (`examples.turn_examples`): the
+    pretraining text, ≈ 15× the first replies of `sharegpt_reply_shards`."""
+
+    def examples():
+        convs = sharegpt_conversations()
+        pool = train_only(convs) if split == "train" else select(convs, split)
+        return turn_examples(pool, tokenizer, window=config.seq_len)
+
+    source = {"kind": "sharegpt-turns", "split": split, "split_config": "CHAT_SPLIT"}
+    return cached_shards(f"sharegpt-turns-{split}", examples, tokenizer, config, source, home)
 
 
 def docs_text_shards(

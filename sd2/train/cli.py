@@ -16,7 +16,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     pretrain.add_argument("--hidden", type=int, default=256)
     pretrain.add_argument("--ffn", type=int, default=1024)
     pretrain.add_argument(
-        "--data", default="pydocs,sharegpt", help="comma-separated: pydocs, sharegpt, synth:PATH"
+        "--data",
+        default="pydocs,sharegpt-turns",
+        help="comma-separated: pydocs, sharegpt (first replies), sharegpt-turns (every reply), synth:PATH",
     )
     pretrain.add_argument(
         "--from",
@@ -30,7 +32,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     for parser in (distill, sd2):
         parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
         parser.add_argument(
-            "--data", default="sharegpt", help="comma-separated: sharegpt, synth:PATH, pydocs"
+            "--data", default="sharegpt", help="comma-separated: sharegpt, sharegpt-turns, synth:PATH, pydocs"
         )
     for parser in (pretrain, distill, sd2):
         _common(parser)

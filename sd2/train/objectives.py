@@ -25,9 +25,10 @@ class StepOutput:
 def pretrain_step(drafter: nn.Module, batch: Batch) -> StepOutput:
     """Plain next-token cross-entropy on the text (the independently pretrained drafter)."""
     input_ids = batch.input_ids  # [B, T]
-    logits = drafter(input_ids=input_ids).logits[:, :-1]  # [B, T-1, V]
     mask = trained_positions(batch.loss_mask)[:, :-1]  # [B, T-1]
-    loss = next_token_loss(logits, input_ids[:, 1:], mask)
+    hidden = drafter.base_model(input_ids=input_ids).last_hidden_state[:, :-1]  # [B, T-1, D]
+    logits = drafter.get_output_embeddings()(hidden[mask])  # [N, V]: the head only where learned
+    loss = next_token_loss(logits, input_ids[:, 1:][mask])
     return StepOutput(loss, {"loss": float(loss.detach()), "tokens": float(mask.sum())})
 
 

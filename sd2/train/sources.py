@@ -1,4 +1,5 @@
-"""Training data by name: `pydocs`, `sharegpt` (recorded replies), `synth:PATH` (verifier answers)."""
+"""Training data by name: `pydocs`, `sharegpt` (first recorded replies), `sharegpt-turns` (every recorded
+reply), `synth:PATH` (verifier answers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import torch
 
 from sd2.data.batches import ShardSet
-from sd2.data.datasets import docs_text_shards, sharegpt_reply_shards, synth_shards
+from sd2.data.datasets import docs_text_shards, sharegpt_reply_shards, sharegpt_turn_shards, synth_shards
 from sd2.data.shards import DEFAULT_CONFIG, ShardConfig
 from sd2.train.trainer import TrainData
 from sd2.train.validation import held_out_prompts
@@ -20,9 +21,11 @@ def shard_folder(name: str, split: str, tokenizer, config: ShardConfig) -> Path:
         return docs_text_shards(split, tokenizer, config)
     if name == "sharegpt":
         return sharegpt_reply_shards(split, tokenizer, config)
+    if name == "sharegpt-turns":
+        return sharegpt_turn_shards(split, tokenizer, config)
     if name.startswith("synth:"):
         return synth_shards(Path(name.removeprefix("synth:")), tokenizer, config, split=split)
-    raise ValueError(f"data source {name!r} is not one of pydocs, sharegpt, synth:PATH")
+    raise ValueError(f"data source {name!r} is not one of pydocs, sharegpt, sharegpt-turns, synth:PATH")
 
 
 def concatenate(sets: Sequence[ShardSet]) -> ShardSet:
@@ -44,7 +47,7 @@ def validation_data(
     """Validation rows, τ prompts and a description from the held-out validation split of `name`:
     ShareGPT's recorded replies, or `synth:PATH` made with `sd2 data synth --split validation` (the
     verifier's own answers — what synth-trained drafters learn)."""
-    if name == "pydocs":
+    if name != "sharegpt" and not name.startswith("synth:"):
         raise ValueError("validation data must be sharegpt or synth:PATH (prompts with answers)")
     rows = ShardSet(shard_folder(name, "validation", tokenizer, ShardConfig(seq_len=seq_len)))
     description = (

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from sd2.data.batches import IGNORE_INDEX, ShardSet, batches, epoch_order
-from sd2.data.examples import Example, conversation_examples, end_of_turn_id, text_examples
+from sd2.data.examples import Example, conversation_examples, end_of_turn_id, text_examples, turn_examples
 from sd2.data.records import Conversation, Provenance
 from sd2.data.shards import ShardConfig, build_shards, cached_shards
 from tests.tiny import tiny_tokenizer
@@ -79,6 +79,31 @@ def test_text_examples_learn_every_token(tokenizer):
     examples = list(text_examples([("doc", "Hello! How can I help you today? " * 4)], tokenizer, window=16))
     assert all(e.prompt_ids == () and 0 < len(e.response_ids) <= 16 for e in examples)
     assert [e.id for e in examples[:2]] == ["doc@0", "doc@1"]
+
+
+def test_turn_examples_learn_every_reply_in_full(tokenizer):
+    long_reply = "Drafts are checked by the verifier in one pass. " * 12
+    conv = Conversation(
+        "multi",
+        (
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Explain speculative decoding."},
+            {"role": "assistant", "content": long_reply},
+            {"role": "user", "content": "Thanks"},  # unanswered: nothing to learn
+        ),
+        PROV,
+    )
+    examples = list(turn_examples([conv], tokenizer, window=128))
+    first, second = examples[0], [e for e in examples if e.id.startswith("multi#1")]
+    assert first.id == "multi#0" and tokenizer.decode(first.prompt_ids).startswith("<|im_start|>user\nHi")
+    assert tokenizer.decode(first.response_ids) == "Hello!<|im_end|>"
+    assert tokenizer.decode(second[0].prompt_ids).count("Explain speculative decoding.") == 1
+    assert all(e.prompt_ids == () for e in second[1:]) and len(second) > 2  # the rest as plain text
+    assert all(len(e.prompt_ids) + len(e.response_ids) <= 128 for e in examples)
+    reply_ids = [t for e in second for t in e.response_ids]  # the whole reply, in order, once
+    assert tokenizer.decode(reply_ids) == long_reply + "<|im_end|>"
 
 
 def test_batches_are_seeded_shuffled_and_resumable(tokenizer, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sd2.config import DecodeConfig
-from sd2.data.batches import ShardSet
+from sd2.data.batches import ShardSet, batches
 from sd2.data.examples import Example
 from sd2.data.shards import ShardConfig, build_shards
 from sd2.decoding import SpeculativeDecoder
@@ -15,7 +15,7 @@ from sd2.prompts import encode_prompt
 from sd2.steering import SteeringHead, captured_states, new_head_for, stack_features
 from sd2.train.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
 from sd2.train.config import TrainConfig
-from sd2.train.objectives import steered_logits
+from sd2.train.objectives import pretrain_step, steered_logits
 from sd2.train.offsets import prompt_lengths, sample_anchors, trained_positions
 from sd2.train.trainer import TrainCallback, TrainData, Trainer
 from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer
@@ -88,6 +88,22 @@ def test_sd2_moves_the_head_and_frozen_ablation_keeps_the_drafter(tmp_path, data
     Trainer(_config(tmp_path, "sd2", freeze_drafter=True), drafter, verifier, data, head).run()
     assert all(torch.equal(before[k], v) for k, v in drafter.state_dict().items())
     assert torch.count_nonzero(head.w_s) > 0
+
+
+def test_pretrain_loss_is_the_cross_entropy_of_the_full_logits_on_trained_positions(data):
+    drafter = _drafter()
+    batch = next(batches(data.train, 8, seed=0, trim=True))
+    out = pretrain_step(drafter, batch)  # the LM head runs only on the trained positions
+    logits = drafter(input_ids=batch.input_ids).logits[:, :-1]  # [B, T-1, V], every position
+    mask = trained_positions(batch.loss_mask)[:, :-1]
+    per_position = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), batch.input_ids[:, 1:], reduction="none"
+    )
+    assert 0 < mask.sum() < mask.numel()  # prompts and padding are left out
+    assert torch.allclose(out.loss, per_position[mask].mean(), rtol=1e-5)
+    assert out.metrics["tokens"] == mask.sum()
+    out.loss.backward()
+    assert drafter.get_output_embeddings().weight.grad.abs().sum() > 0
 
 
 def test_sampled_offsets_stay_in_range_and_never_steer_the_prompt():
