@@ -1,4 +1,4 @@
-"""Training losses. Positions are selected by a boolean mask; the reduction is a mean over them."""
+"""Training losses on the selected positions ([N, V] logits, `objectives.logits_at`); means over N."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import torch
 import torch.nn.functional as F
 
 
-def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """KL(p_verifier ‖ q_drafter) at T = 1, summed over the vocabulary, averaged over masked positions.
+def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_verifier ‖ q_drafter) at T = 1, summed over the vocabulary, averaged over the N positions.
 
-    target_logits, draft_logits: [B, T, V]; mask: [B, T] bool. Forward KL is mass-covering: the
-    drafter is pushed to put probability wherever the verifier does, which is what acceptance
-    Σ min(p, q) rewards. Gradients flow only into draft_logits.
+    target_logits, draft_logits: [N, V] (the selected positions; 0 when N = 0). Forward KL is
+    mass-covering: the drafter is pushed to put probability wherever the verifier does, which is
+    what acceptance Σ min(p, q) rewards. Gradients flow only into draft_logits.
     """
-    target_logp = F.log_softmax(target_logits.float(), dim=-1)  # [B, T, V]
-    draft_logp = F.log_softmax(draft_logits.float(), dim=-1)  # [B, T, V]
-    per_position = (target_logp.exp() * (target_logp - draft_logp)).sum(-1)  # [B, T]
-    return _masked_mean(per_position, mask)
+    target_logp = F.log_softmax(target_logits.float(), dim=-1)  # [N, V]
+    draft_logp = F.log_softmax(draft_logits.float(), dim=-1)  # [N, V]
+    total = F.kl_div(draft_logp, target_logp, reduction="sum", log_target=True)
+    return total / max(len(target_logits), 1)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -29,14 +29,10 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return total / max(len(targets), 1)
 
 
-def top1_agreement(
-    target_logits: torch.Tensor, draft_logits: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """Fraction of masked positions where drafter and verifier argmax agree (greedy acceptance proxy)."""
-    agree = (target_logits.argmax(-1) == draft_logits.argmax(-1)).float()  # [B, T]
-    return _masked_mean(agree, mask)
+def top1_agreement(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """Fraction of the N positions where drafter and verifier argmax agree (greedy acceptance proxy).
 
-
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask.to(values.dtype)
-    return (values * weights).sum() / weights.sum().clamp(min=1.0)
+    target_logits, draft_logits: [N, V].
+    """
+    agree = (target_logits.argmax(-1) == draft_logits.argmax(-1)).float()  # [N]
+    return agree.sum() / max(len(agree), 1)

@@ -22,22 +22,35 @@ class StepOutput:
     metrics: dict[str, float]
 
 
+def logits_at(model: nn.Module, mask: torch.Tensor, **inputs) -> torch.Tensor:
+    """Logits [N, V] of a causal LM at the N positions where mask [B, T] is set.
+
+    The body runs on every position, the output head only on the selected ones: the 49 152-row head
+    is most of a small drafter's compute, and the losses then never hold [B, T, V] fp32 tensors.
+    Models that post-process their logits (final soft-capping) take the full forward instead.
+    """
+    if getattr(model.config, "final_logit_softcapping", None):
+        return model(**inputs).logits[mask]
+    hidden = model.base_model(**inputs).last_hidden_state  # [B, T, D]
+    return model.get_output_embeddings()(hidden[mask])
+
+
 def pretrain_step(drafter: nn.Module, batch: Batch) -> StepOutput:
     """Plain next-token cross-entropy on the text (the independently pretrained drafter)."""
     input_ids = batch.input_ids  # [B, T]
-    mask = trained_positions(batch.loss_mask)[:, :-1]  # [B, T-1]
-    hidden = drafter.base_model(input_ids=input_ids).last_hidden_state[:, :-1]  # [B, T-1, D]
-    logits = drafter.get_output_embeddings()(hidden[mask])  # [N, V]: the head only where learned
-    loss = next_token_loss(logits, input_ids[:, 1:][mask])
+    mask = trained_positions(batch.loss_mask)  # [B, T]; never the last column (no next token)
+    logits = logits_at(drafter, mask, input_ids=input_ids)  # [N, V]
+    loss = next_token_loss(logits, input_ids[:, 1:][mask[:, :-1]])
     return StepOutput(loss, {"loss": float(loss.detach()), "tokens": float(mask.sum())})
 
 
 @torch.no_grad()
-def verifier_targets(verifier: nn.Module, batch: Batch, layers: tuple[int, ...] | None):
-    """Frozen verifier: logits [B, T, V] and, for steering, features [B, T, n·D_v] (else None)."""
+def verifier_targets(verifier: nn.Module, batch: Batch, mask: torch.Tensor, layers: tuple[int, ...] | None):
+    """Frozen verifier: logits [N, V] at the masked positions and, for steering, the features
+    [B, T, n·D_v] of every position (else None)."""
     capture = captured_states(verifier, layers) if layers else nullcontext({})
     with capture as states:
-        logits = verifier(input_ids=batch.input_ids).logits
+        logits = logits_at(verifier, mask, input_ids=batch.input_ids)
     return logits, (stack_features(states, layers) if layers else None)
 
 
@@ -52,15 +65,15 @@ def distill_step(
     """Forward KL(p_verifier ‖ q_drafter) at T = 1 on response positions; with a head, the SD² step:
     position s is steered by the verifier state at s − δ, δ ~ U{1..k} per position."""
     layers = head.config.verifier_layers if head is not None else None
-    target_logits, features = verifier_targets(verifier, batch, layers)
     mask = trained_positions(batch.loss_mask)  # [B, T]
+    target_logits, features = verifier_targets(verifier, batch, mask, layers)  # [N, V]
     if head is None:
-        draft_logits = drafter(input_ids=batch.input_ids).logits
+        draft_logits = logits_at(drafter, mask, input_ids=batch.input_ids)  # [N, V]
     else:
         anchors = sample_anchors(batch.loss_mask, k, generator)  # [B, T]
-        draft_logits = steered_logits(drafter, head, batch.input_ids, features, anchors)
-    loss = forward_kl(target_logits, draft_logits, mask)
-    agreement = top1_agreement(target_logits, draft_logits.detach(), mask)
+        draft_logits = steered_logits(drafter, head, batch.input_ids, features, anchors, mask)
+    loss = forward_kl(target_logits, draft_logits)
+    agreement = top1_agreement(target_logits, draft_logits.detach())
     metrics = {"loss": float(loss.detach()), "agreement": float(agreement), "tokens": float(mask.sum())}
     return StepOutput(loss, metrics)
 
@@ -71,7 +84,9 @@ def steered_logits(
     input_ids: torch.Tensor,  # [B, T]
     features: torch.Tensor,  # [B, T, n·D_v] verifier states of the same tokens
     anchors: torch.Tensor,  # [B, T] verifier position steering each input position, −1 = none
+    mask: torch.Tensor,  # [B, T] bool: the positions whose logits are wanted
 ) -> torch.Tensor:
-    """Teacher-forced steered drafter logits [B, T, V]: one forward does what k decoding steps do."""
+    """Teacher-forced steered drafter logits [N, V] at the masked positions: one forward does what
+    k decoding steps do."""
     with steered(drafter, anchored_biases(head, features, anchors)):
-        return drafter(input_ids=input_ids).logits
+        return logits_at(drafter, mask, input_ids=input_ids)

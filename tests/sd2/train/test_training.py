@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from sd2.config import DecodeConfig
 from sd2.data.batches import ShardSet, batches
@@ -12,10 +13,10 @@ from sd2.data.shards import ShardConfig, build_shards
 from sd2.decoding import SpeculativeDecoder
 from sd2.official import convert_official
 from sd2.prompts import encode_prompt
-from sd2.steering import SteeringHead, captured_states, new_head_for, stack_features
+from sd2.steering import SteeringHead, anchored_biases, captured_states, new_head_for, stack_features, steered
 from sd2.train.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
 from sd2.train.config import TrainConfig
-from sd2.train.objectives import pretrain_step, steered_logits
+from sd2.train.objectives import distill_step, pretrain_step, steered_logits
 from sd2.train.offsets import prompt_lengths, sample_anchors, trained_positions
 from sd2.train.trainer import TrainCallback, TrainData, Trainer
 from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer
@@ -96,14 +97,39 @@ def test_pretrain_loss_is_the_cross_entropy_of_the_full_logits_on_trained_positi
     out = pretrain_step(drafter, batch)  # the LM head runs only on the trained positions
     logits = drafter(input_ids=batch.input_ids).logits[:, :-1]  # [B, T-1, V], every position
     mask = trained_positions(batch.loss_mask)[:, :-1]
-    per_position = torch.nn.functional.cross_entropy(
-        logits.transpose(1, 2), batch.input_ids[:, 1:], reduction="none"
-    )
+    per_position = F.cross_entropy(logits.transpose(1, 2), batch.input_ids[:, 1:], reduction="none")
     assert 0 < mask.sum() < mask.numel()  # prompts and padding are left out
     assert torch.allclose(out.loss, per_position[mask].mean(), rtol=1e-5)
     assert out.metrics["tokens"] == mask.sum()
     out.loss.backward()
     assert drafter.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("steering", [False, True])
+def test_distill_loss_is_the_kl_of_the_full_logits_on_trained_positions(data, steering):
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter) if steering else None
+    if head is not None:
+        with torch.no_grad():
+            head.w_s.normal_(0, 0.05)
+    batch = next(batches(data.train, 8, seed=0, trim=True))
+    out = distill_step(drafter, verifier, batch, head, k=4, generator=torch.Generator().manual_seed(7))
+    mask = trained_positions(batch.loss_mask)  # [B, T]
+    layers = head.config.verifier_layers if head is not None else ()
+    with torch.no_grad(), captured_states(verifier, layers) as states:
+        target = verifier(input_ids=batch.input_ids).logits  # [B, T, V], every position
+        if head is None:
+            draft = drafter(input_ids=batch.input_ids).logits
+        else:
+            anchors = sample_anchors(batch.loss_mask, 4, torch.Generator().manual_seed(7))
+            biases = anchored_biases(head, stack_features(states, layers), anchors)
+            with steered(drafter, biases):
+                draft = drafter(input_ids=batch.input_ids).logits
+    p_log, q_log = target.log_softmax(-1), draft.log_softmax(-1)
+    kl = (p_log.exp() * (p_log - q_log)).sum(-1)  # [B, T]
+    assert torch.allclose(out.loss, kl[mask].mean(), rtol=1e-5)
+    agree = (target.argmax(-1) == draft.argmax(-1))[mask].float().mean()
+    assert out.metrics["agreement"] == pytest.approx(float(agree))
 
 
 def test_sampled_offsets_stay_in_range_and_never_steer_the_prompt():
@@ -145,7 +171,8 @@ def test_training_forward_equals_inference_drafts_at_matching_offsets():
         verifier(ids)
     features = stack_features(states, head.config.verifier_layers)
     with torch.no_grad():
-        probs = torch.softmax(steered_logits(drafter, head, ids, features, anchors[None])[0], dim=-1)
+        every = torch.ones_like(ids, dtype=torch.bool)
+        probs = torch.softmax(steered_logits(drafter, head, ids, features, anchors[None], every), dim=-1)
     recorded, recomputed = _judged_draft_probs(blocks, len(prompt), probs)
     assert torch.allclose(recorded, recomputed, atol=1e-5)
 
@@ -377,11 +404,12 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
 
 
 class _ForwardDtypes(TrainCallback):
-    """Records the dtype of the drafter's logits in every training forward (via a forward hook)."""
+    """Records the dtype of the drafter's logits in every forward (a hook on its output head)."""
 
     def __init__(self, drafter):
         self.dtypes: set[torch.dtype] = set()
-        drafter.register_forward_hook(lambda module, args, out: self.dtypes.add(out.logits.dtype))
+        head = drafter.get_output_embeddings()
+        head.register_forward_hook(lambda module, args, out: self.dtypes.add(out.dtype))
 
 
 def test_bf16_precision_trains_in_bf16_with_fp32_master_weights(tmp_path, data):
