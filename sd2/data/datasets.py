@@ -55,6 +55,12 @@ def synth_shards(
     return cached_shards(path.stem, lambda: synth_examples(path), tokenizer, config, source, home)
 
 
+def sharegpt_split(split: Split) -> list:
+    """The ShareGPT conversations of one split; training drops any repeating a held-out prompt."""
+    conversations = sharegpt_conversations()
+    return train_only(conversations) if split == "train" else select(conversations, split)
+
+
 def sharegpt_reply_shards(
     split: Split,
     tokenizer: PreTrainedTokenizerBase,
@@ -64,9 +70,7 @@ def sharegpt_reply_shards(
     """Teacher-forced ShareGPT: first user turn → the recorded first reply (corpus text, not the verifier)."""
 
     def examples():
-        convs = sharegpt_conversations()
-        pool = train_only(convs) if split == "train" else select(convs, split)
-        return conversation_examples(pool, tokenizer)
+        return conversation_examples(sharegpt_split(split), tokenizer)
 
     source = {"kind": "sharegpt-replies", "split": split, "split_config": "CHAT_SPLIT"}
     return cached_shards(f"sharegpt-replies-{split}", examples, tokenizer, config, source, home)
@@ -82,9 +86,7 @@ def sharegpt_turn_shards(
     pretraining text, ≈ 15× the first replies of `sharegpt_reply_shards`."""
 
     def examples():
-        convs = sharegpt_conversations()
-        pool = train_only(convs) if split == "train" else select(convs, split)
-        return turn_examples(pool, tokenizer, window=config.seq_len)
+        return turn_examples(sharegpt_split(split), tokenizer, window=config.seq_len)
 
     source = {"kind": "sharegpt-turns", "split": split, "split_config": "CHAT_SPLIT"}
     return cached_shards(f"sharegpt-turns-{split}", examples, tokenizer, config, source, home)
