@@ -17,24 +17,20 @@ import argparse
 import datetime
 import itertools
 import platform
-import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from alternating_steps import alternate  # benchmarks/ is the script's directory
 
 from sd2.data.batches import ShardSet, batches
 from sd2.data.shards import ShardConfig
 from sd2.devices import default_placement
 from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
-from sd2.steering import SteeringHead, anchored_biases, captured_states, stack_features, steered
+from sd2.steering import anchored_biases, captured_states, stack_features, steered
 from sd2.train.objectives import distill_step, pretrain_step
 from sd2.train.offsets import sample_anchors, trained_positions
-from sd2.train.run import load_trainable_drafter
 from sd2.train.sources import shard_folder
-
-DRAFTERS = Path(__file__).resolve().parents[1] / "assets" / "drafters"
 
 
 def every_position_loss(recipe: str, drafter, head, verifier, batch) -> torch.Tensor:
@@ -98,24 +94,14 @@ def main() -> int:
     print("| recipe | every position s/step | trained only s/step | speed-up | loss every | loss trained |")
     print("|---|---|---|---|---|---|")
     for recipe in args.recipes:
-        runs = {}
-        for selected in (False, True):
-            drafter = load_trainable_drafter(DRAFTERS / "pretrained").train()
-            head = SteeringHead.load(DRAFTERS / "sd2").float().train() if recipe == "sd2" else None
-            params = list(drafter.parameters()) + (list(head.parameters()) if head is not None else [])
-            runs[selected] = (drafter, head, torch.optim.AdamW(params, lr=1e-4), [], [])
-        for batch in data:
-            for selected in (False, True):  # alternate, so noise from the rest of the machine hits both
-                drafter, head, optimizer, times, losses = runs[selected]
-                seconds, loss = one_step(selected, recipe, drafter, head, verifier, batch, optimizer)
-                times.append(seconds)
-                losses.append(loss)
-        every, only = (statistics.median(runs[s][3][1:]) for s in (False, True))
-        print(
-            f"| {recipe} | {every:.2f} | {only:.2f} | {every / only:.2f}× | {runs[False][4][0]:.4f} | "
-            f"{runs[True][4][0]:.4f} |",
-            flush=True,
-        )
+
+        def step(selected, drafter, head, batch, optimizer, recipe=recipe):
+            return one_step(selected, recipe, drafter, head, verifier, batch, optimizer)
+
+        result = alternate(recipe, data, step)
+        (every, l_every), (only, l_only) = result[False], result[True]
+        row = f"| {recipe} | {every:.2f} | {only:.2f} | {every / only:.2f}× | {l_every:.4f} | {l_only:.4f} |"
+        print(row, flush=True)
     return 0
 
 

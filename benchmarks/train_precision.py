@@ -15,23 +15,17 @@ import argparse
 import datetime
 import itertools
 import platform
-import statistics
 import time
-from pathlib import Path
 
 import torch
+from alternating_steps import alternate  # benchmarks/ is the script's directory
 
 from sd2.data.batches import ShardSet, batches
 from sd2.data.shards import ShardConfig
 from sd2.devices import default_placement
 from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
-from sd2.steering import SteeringHead
 from sd2.train.objectives import distill_step, pretrain_step
-from sd2.train.run import load_trainable_drafter
 from sd2.train.sources import shard_folder
-
-ROOT = Path(__file__).resolve().parents[1]
-DRAFTERS = ROOT / "assets" / "drafters"
 
 
 def one_step(recipe: str, drafter, head, verifier, batch, optimizer, bf16: bool) -> tuple[float, float]:
@@ -69,24 +63,14 @@ def main() -> int:
     print("| recipe | fp32 s/step | bf16 s/step | speed-up | loss fp32 | loss bf16 |")
     print("|---|---|---|---|---|---|")
     for recipe in args.recipes:
-        runs = {}
-        for bf16 in (False, True):
-            drafter = load_trainable_drafter(DRAFTERS / "pretrained").train()
-            head = SteeringHead.load(DRAFTERS / "sd2").float().train() if recipe == "sd2" else None
-            params = list(drafter.parameters()) + (list(head.parameters()) if head is not None else [])
-            runs[bf16] = (drafter, head, torch.optim.AdamW(params, lr=1e-4), [], [])
-        for batch in data:
-            for bf16 in (False, True):  # alternate, so noise from the rest of the machine hits both
-                drafter, head, optimizer, times, losses = runs[bf16]
-                seconds, loss = one_step(recipe, drafter, head, verifier, batch, optimizer, bf16)
-                times.append(seconds)
-                losses.append(loss)
-        fp32, bf16 = (statistics.median(runs[b][3][1:]) for b in (False, True))
-        print(
-            f"| {recipe} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f}× | {runs[False][4][0]:.4f} | "
-            f"{runs[True][4][0]:.4f} |",
-            flush=True,
-        )
+
+        def step(bf16, drafter, head, batch, optimizer, recipe=recipe):
+            return one_step(recipe, drafter, head, verifier, batch, optimizer, bf16)
+
+        result = alternate(recipe, data, step)
+        (fp32, loss32), (bf16, loss16) = result[False], result[True]
+        row = f"| {recipe} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f}× | {loss32:.4f} | {loss16:.4f} |"
+        print(row, flush=True)
     return 0
 
 
