@@ -72,6 +72,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-prompts", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--skip-batches",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start at batch N of the first epoch's order: with the same --seed and data, continue where "
+        "an earlier run of N steps (× grad-accum) stopped, on rows it never saw",
+    )
+    parser.add_argument(
         "--validation-data",
         default="sharegpt",
         help="validation rows and τ prompts: sharegpt (recorded replies of held-out prompts) or synth:PATH "

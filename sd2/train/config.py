@@ -30,6 +30,9 @@ class TrainConfig:
     eval_prompts: int = 4  # held-out prompts decoded by the engine to measure τ
     eval_max_new_tokens: int = 48
     seed: int = 0  # seeds data order, δ draws and init
+    # batches of the first epoch's order skipped at the start: a run continuing another run's data order
+    # (same seed) with `skip_batches` = that run's steps × grad_accum sees only rows the other did not
+    skip_batches: int = 0
     threads: int = 0  # torch CPU threads (0 = torch's default)
     # forwards under autocast: bf16 (fp32 master weights, fp32 losses) or fp32; auto = bf16 on a CUDA
     # GPU that supports it, fp32 on CPU (bf16 on CPUs with AVX-512 BF16 / AMX: distill/sd2 steps ≈ 2× faster)
@@ -44,6 +47,7 @@ class TrainConfig:
             (self.lr > 0, "lr", "must be > 0", self.lr),
             (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio),
             (self.warmup_steps >= 0, "warmup_steps", "must be ≥ 0", self.warmup_steps),
+            (self.skip_batches >= 0, "skip_batches", "must be ≥ 0", self.skip_batches),
             (1 <= self.k <= 64, "k", "must be in 1..64", self.k),
             (self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}", self.precision),
             (

@@ -41,6 +41,7 @@ def run_training(args: argparse.Namespace) -> None:
         save_every=args.save_every,
         eval_prompts=args.eval_prompts,
         seed=args.seed,
+        skip_batches=args.skip_batches,
         threads=args.threads,
         precision=args.precision,
     )

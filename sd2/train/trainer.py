@@ -89,6 +89,12 @@ class Trainer:
             raise ValueError("objective sd2 needs a steering head")
         if config.threads:
             torch.set_num_threads(config.threads)
+        per_epoch = len(data.train) // config.batch_size
+        if config.skip_batches and config.skip_batches >= per_epoch:
+            raise ValueError(
+                f"skip_batches {config.skip_batches} is not below the {per_epoch} batches of one epoch "
+                f"({len(data.train)} rows, batch_size {config.batch_size})"
+            )
         self.config, self.data, self.tokenizer, self.stop_ids = config, data, tokenizer, stop_ids
         self.callbacks, self.card = list(callbacks), dict(card or {})
         # held around every use of the (possibly shared) verifier, e.g. a server's decoding lock
@@ -111,7 +117,8 @@ class Trainer:
             self.recipe, self.optimizer, self.scheduler
         )
         self.generator = torch.Generator(device=self.accelerator.device).manual_seed(config.seed)
-        self.step, self.epoch, self.batch_index, self.tokens_seen, self.wall_s = 0, 0, 0, 0, 0.0
+        self.step, self.epoch, self.tokens_seen, self.wall_s = 0, 0, 0, 0.0
+        self.batch_index = config.skip_batches  # a resumed run overwrites it with its saved position
         self.history: list[dict] = []
 
     # --- the loop ------------------------------------------------------------------------------
@@ -283,8 +290,9 @@ class Trainer:
 
 def _identity(config: dict) -> dict:
     """The settings that define a run; CPU threads may change between a run and its resumption.
-    Checkpoints written before `precision` existed ran at "auto"."""
-    return {"precision": "auto"} | {name: value for name, value in config.items() if name != "threads"}
+    Checkpoints written before `precision` and `skip_batches` existed ran at "auto" and skipped none."""
+    defaults = {"precision": "auto", "skip_batches": 0}
+    return defaults | {name: value for name, value in config.items() if name != "threads"}
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:

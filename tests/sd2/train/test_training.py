@@ -435,3 +435,34 @@ def test_fp32_precision_keeps_forwards_in_fp32_and_precision_is_part_of_the_run(
         Trainer(_config(tmp_path, "distill", steps=2, precision="bf16"), _drafter(), verifier, data).run()
     with pytest.raises(ValueError, match=r"precision must be one of .* got 'fp16'"):
         _config(tmp_path, "distill", precision="fp16")
+
+
+class _RecordingShards(ShardSet):
+    """The real shard set, noting the example ids of every batch the trainer draws."""
+
+    def __init__(self, folder):
+        super().__init__(folder)
+        self.drawn: list[tuple[str, ...]] = []
+
+    def rows(self, index, trim=False):
+        batch = super().rows(index, trim)
+        self.drawn.append(batch.ids)
+        return batch
+
+
+def test_skip_batches_continues_an_earlier_runs_data_order(tmp_path, data):
+    def drawn(name, callbacks=(), **overrides):
+        shards = _RecordingShards(data.train.folder)
+        config = _config(tmp_path, "pretrain", out_dir=str(tmp_path / name), seed=5, **overrides)
+        Trainer(config, _drafter(), None, TrainData(shards), callbacks=callbacks).run()
+        return shards.drawn
+
+    straight = drawn("straight", steps=5)
+    assert drawn("skipped", steps=2, skip_batches=2) == straight[2:4]
+    # a cancelled skipping run resumes from its own position, not from skip_batches again
+    first = drawn("resumed", steps=3, skip_batches=2, save_every=1, callbacks=[_StopAfter(1)])
+    assert first + drawn("resumed", steps=3, skip_batches=2, save_every=1) == straight[2:5]
+    with pytest.raises(ValueError, match="skip_batches 6 is not below the 6 batches of one epoch"):
+        drawn("too-far", steps=1, skip_batches=6)
+    with pytest.raises(ValueError, match="skip_batches must be ≥ 0"):
+        _config(tmp_path, "pretrain", skip_batches=-1)
