@@ -29,14 +29,33 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     distill = objectives.add_parser("distill", help="forward KL(verifier ‖ drafter) on responses")
     sd2 = objectives.add_parser("sd2", help="distill with the SD² steering head trained jointly")
     sd2.add_argument("--freeze-drafter", action="store_true", help="ablation: train only the steering head")
-    for parser in (distill, sd2):
+    lockstep = objectives.add_parser(
+        "lockstep",
+        help="several fine-tunes of one base on the same batches, one verifier forward per batch for all",
+        description="Runs each --run fine-tune exactly as `sd2 train distill|sd2` would (same checkpoints, "
+        "same results), taking their steps in turn so that one verifier forward per batch serves them all. "
+        "Re-running resumes every run from its own checkpoint.",
+    )
+    lockstep.add_argument(
+        "--run",
+        dest="runs",
+        action="append",
+        required=True,
+        type=_lockstep_run,
+        metavar="RECIPE=OUT",
+        help="a fine-tune and its checkpoint folder; RECIPE is distill, sd2 or sd2-frozen (repeat the flag)",
+    )
+    for parser in (distill, sd2, lockstep):
         parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
         parser.add_argument(
             "--data", default="sharegpt", help="comma-separated: sharegpt, sharegpt-turns, synth:PATH, pydocs"
         )
     for parser in (pretrain, distill, sd2):
+        parser.add_argument("--out", required=True, help="checkpoint folder (re-running resumes it)")
         _common(parser)
         parser.set_defaults(func=_train)
+    _common(lockstep)
+    lockstep.set_defaults(func=_train_lockstep)
     export = objectives.add_parser("export", help="a shippable bf16 copy of a checkpoint (no trainer state)")
     export.add_argument("source")
     export.add_argument("--out", required=True)
@@ -57,8 +76,18 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     imp.set_defaults(func=_import_official)
 
 
+def _lockstep_run(text: str) -> tuple[str, str]:
+    from sd2.train.run import LOCKSTEP_RECIPES
+
+    recipe, sep, out = text.partition("=")
+    if not sep or not out or recipe not in LOCKSTEP_RECIPES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not RECIPE=OUT with RECIPE one of {', '.join(LOCKSTEP_RECIPES)}"
+        )
+    return recipe, out
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="checkpoint folder (re-running resumes it)")
     parser.add_argument("--verifier", default=None, help="default: the embedded SmolLM2-135M-Instruct")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -101,6 +130,16 @@ def _train(args: argparse.Namespace) -> int:
     from sd2.train.run import run_training
 
     run_training(args)
+    return 0
+
+
+def _train_lockstep(args: argparse.Namespace) -> int:
+    from sd2.train.run import run_lockstep
+
+    outs = [Path(out).resolve() for _, out in args.runs]
+    if len(set(outs)) < len(outs):
+        raise ValueError("each --run needs its own OUT folder")
+    run_lockstep(args)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -54,6 +55,12 @@ def verifier_targets(verifier: nn.Module, batch: Batch, mask: torch.Tensor, laye
     return logits, (stack_features(states, layers) if layers else None)
 
 
+# (verifier, batch, mask [B, T], feature layers or None) → (logits [N, V], features [B, T, n·D_v] or None)
+VerifierTargets = Callable[
+    [nn.Module, Batch, torch.Tensor, tuple[int, ...] | None], tuple[torch.Tensor, torch.Tensor | None]
+]
+
+
 def distill_step(
     drafter: nn.Module,
     verifier: nn.Module,
@@ -61,12 +68,14 @@ def distill_step(
     head: SteeringHead | None = None,
     k: int = 8,
     generator: torch.Generator | None = None,
+    targets: VerifierTargets = verifier_targets,
 ) -> StepOutput:
     """Forward KL(p_verifier ‖ q_drafter) at T = 1 on response positions; with a head, the SD² step:
-    position s is steered by the verifier state at s − δ, δ ~ U{1..k} per position."""
+    position s is steered by the verifier state at s − δ, δ ~ U{1..k} per position. `targets` computes
+    the frozen verifier's side (runs in lockstep share one computation per batch)."""
     layers = head.config.verifier_layers if head is not None else None
     mask = trained_positions(batch.loss_mask)  # [B, T]
-    target_logits, features = verifier_targets(verifier, batch, mask, layers)  # [N, V]
+    target_logits, features = targets(verifier, batch, mask, layers)  # [N, V]
     if head is None:
         draft_logits = logits_at(drafter, mask, input_ids=batch.input_ids)  # [N, V]
     else:

@@ -20,6 +20,7 @@ from sd2.steering import SteeringHead, has_steering_head, new_head_for
 from sd2.train.checkpoint import verify_checkpoint
 from sd2.train.config import TrainConfig
 from sd2.train.init_drafter import DrafterShape, new_drafter
+from sd2.train.lockstep import run_in_lockstep
 from sd2.train.sources import training_data
 from sd2.train.trainer import Trainer
 
@@ -27,16 +28,40 @@ log = logging.getLogger(__name__)
 
 
 def run_training(args: argparse.Namespace) -> None:
-    config = TrainConfig(
-        objective=args.objective,
-        out_dir=args.out,
+    config = _config(args, args.objective, args.out, getattr(args, "freeze_drafter", False))
+    verifier, tokenizer, data = _verifier_and_data(args, config)
+    trainer = _trainer(args, config, verifier, tokenizer, data)
+    out = trainer.run()
+    log.info("checkpoint written to %s", out)
+    print(out)
+
+
+def run_lockstep(args: argparse.Namespace) -> None:
+    """`sd2 train lockstep`: the --run fine-tunes of one base on the same batches, one verifier pass
+    per batch for all of them (`lockstep.run_in_lockstep`)."""
+    configs = [_config(args, *LOCKSTEP_RECIPES[recipe], out) for recipe, out in args.runs]
+    verifier, tokenizer, data = _verifier_and_data(args, configs[0])
+    trainers = [_trainer(args, config, verifier, tokenizer, data) for config in configs]
+    for out in run_in_lockstep(trainers):
+        log.info("checkpoint written to %s", out)
+        print(out)
+
+
+# recipe name → (objective, freeze_drafter)
+LOCKSTEP_RECIPES = {"distill": ("distill", False), "sd2": ("sd2", False), "sd2-frozen": ("sd2", True)}
+
+
+def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_drafter: bool) -> TrainConfig:
+    return TrainConfig(
+        objective=objective,
+        out_dir=out_dir,
         steps=args.steps,
         batch_size=args.batch_size,
         grad_accum=args.grad_accum,
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         k=args.k,
-        freeze_drafter=getattr(args, "freeze_drafter", False),
+        freeze_drafter=freeze_drafter,
         eval_every=args.eval_every,
         save_every=args.save_every,
         eval_prompts=args.eval_prompts,
@@ -45,13 +70,14 @@ def run_training(args: argparse.Namespace) -> None:
         threads=args.threads,
         precision=args.precision,
     )
+
+
+def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
     if config.threads:
         torch.set_num_threads(config.threads)
     verifier_path = resolve_model_path(args.verifier)
-    placement = default_placement()
-    verifier = load_causal_lm(verifier_path, placement)
+    verifier = load_causal_lm(verifier_path, default_placement())
     tokenizer = load_tokenizer(verifier_path)
-    drafter, head, card = _starting_point(args, config, verifier)
     data = training_data(
         [s.strip() for s in args.data.split(",") if s.strip()],
         tokenizer,
@@ -59,13 +85,14 @@ def run_training(args: argparse.Namespace) -> None:
         seq_len=args.seq_len,
         validation_name=args.validation_data,
     )
+    return verifier, tokenizer, data
+
+
+def _trainer(args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data) -> Trainer:
+    drafter, head, card = _starting_point(args, config, verifier)
     card = {**card, "base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
-    trainer = Trainer(
-        config, drafter, verifier, data, head, tokenizer, stop_token_ids(verifier, tokenizer), card=card
-    )
-    out = trainer.run()
-    log.info("checkpoint written to %s", out)
-    print(out)
+    stop_ids = stop_token_ids(verifier, tokenizer)
+    return Trainer(config, drafter, verifier, data, head, tokenizer, stop_ids, card=card)
 
 
 def load_trainable_drafter(path) -> torch.nn.Module:

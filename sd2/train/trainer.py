@@ -19,7 +19,7 @@ from sd2.data.batches import Batch, ShardSet, batches
 from sd2.steering import SteeringHead
 from sd2.train.checkpoint import load_trainer_state, save_checkpoint, verify_checkpoint
 from sd2.train.config import TrainConfig
-from sd2.train.objectives import StepOutput, distill_step, pretrain_step
+from sd2.train.objectives import StepOutput, VerifierTargets, distill_step, pretrain_step, verifier_targets
 from sd2.train.schedule import warmup_cosine
 from sd2.train.validation import measure_tau
 
@@ -52,6 +52,7 @@ class _Recipe(nn.Module):
         super().__init__()
         self.config, self.drafter, self.head = config, drafter, head
         self._verifier = [verifier]  # a list keeps it out of .parameters() and state_dict()
+        self.targets: VerifierTargets = verifier_targets  # lockstep runs swap in a shared one
 
     @property
     def verifier(self) -> nn.Module | None:
@@ -60,7 +61,9 @@ class _Recipe(nn.Module):
     def forward(self, batch: Batch, generator: torch.Generator | None) -> StepOutput:
         if self.config.objective == "pretrain":
             return pretrain_step(self.drafter, batch)
-        return distill_step(self.drafter, self.verifier, batch, self.head, self.config.k, generator)
+        return distill_step(
+            self.drafter, self.verifier, batch, self.head, self.config.k, generator, self.targets
+        )
 
     def trainable(self) -> list[nn.Parameter]:
         params = [] if self.config.freeze_drafter else list(self.drafter.parameters())
@@ -125,31 +128,51 @@ class Trainer:
 
     def run(self) -> Path:
         """Train until `steps` (resuming if out_dir holds a checkpoint of this run); returns out_dir."""
+        self.start()
+        while self.advance():
+            pass
+        return self.finish()
+
+    # `run` in three parts, so several trainers can take turns step by step (`lockstep.run_in_lockstep`)
+
+    def start(self) -> None:
+        """Resume from out_dir if it holds this run, open the progress bar and the batch stream."""
         self._resume()
+        name = Path(self.config.out_dir).name
+        self._progress = tqdm(
+            total=self.config.steps, initial=self.step, desc=f"{self.config.objective} {name}", unit="step"
+        )
+        self._data = self._batches()
+        self._cancelled = False
+
+    def advance(self) -> bool:
+        """One optimiser step (+ the validation and checkpoint due after it); False once done."""
         cfg = self.config
-        progress = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.objective}", unit="step")
-        data = self._batches()
-        cancelled = False
-        while self.step < cfg.steps and not cancelled:
-            start = time.perf_counter()
+        if self.step >= cfg.steps or self._cancelled:
+            return False
+        start = time.perf_counter()
+        with self.model_lock:
+            metrics = self._optimizer_step(self._data)
+        self.wall_s += time.perf_counter() - start
+        self.step += 1
+        self._progress.update(1)
+        self._progress.set_postfix(loss=f"{metrics['loss']:.3f}")
+        self._emit(metrics | {"lr": self.scheduler.get_last_lr()[0], "tokens_seen": self.tokens_seen})
+        self._cancelled = any(cb.should_stop() for cb in self.callbacks)
+        if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
             with self.model_lock:
-                metrics = self._optimizer_step(data)
-            self.wall_s += time.perf_counter() - start
-            self.step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{metrics['loss']:.3f}")
-            self._emit(metrics | {"lr": self.scheduler.get_last_lr()[0], "tokens_seen": self.tokens_seen})
-            cancelled = any(cb.should_stop() for cb in self.callbacks)
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                with self.model_lock:
-                    self._emit(self.validate())
-            if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.steps:
-                self.save()
-        progress.close()
+                self._emit(self.validate())
+        if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.steps:
+            self.save()
+        return self.step < cfg.steps and not self._cancelled
+
+    def finish(self) -> Path:
+        """Final validation and checkpoint; returns out_dir."""
+        self._progress.close()
         with self.model_lock:
             final = self.validate()
         self._emit(final)
-        return self.save(final_metrics=final, cancelled=cancelled)
+        return self.save(final_metrics=final, cancelled=self._cancelled)
 
     def _optimizer_step(self, data: Iterator[Batch]) -> dict[str, float]:
         totals: dict[str, float] = {}
@@ -161,7 +184,7 @@ class Trainer:
             self.tokens_seen += int(out.metrics["tokens"])
             for name, value in out.metrics.items():
                 totals[name] = totals.get(name, 0.0) + value / self.config.grad_accum
-        self.accelerator.clip_grad_norm_(self._unwrapped().trainable(), self.config.clip_norm)
+        self.accelerator.clip_grad_norm_(self.unwrapped().trainable(), self.config.clip_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -199,7 +222,7 @@ class Trainer:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Held-out loss (and agreement) plus τ measured by decoding held-out prompts with the engine."""
-        recipe = self._unwrapped()
+        recipe = self.unwrapped()
         recipe.eval()
         results: dict[str, float] = {}
         if self.data.validation is not None and len(self.data.validation) >= self.config.batch_size:
@@ -234,7 +257,7 @@ class Trainer:
     # --- checkpoints -------------------------------------------------------------------------
 
     def save(self, final_metrics: dict | None = None, cancelled: bool = False) -> Path:
-        recipe = self._unwrapped()
+        recipe = self.unwrapped()
         state = {
             "step": self.step,
             "epoch": self.epoch,
@@ -275,7 +298,7 @@ class Trainer:
             raise ValueError(f"{out} holds a checkpoint of a different run; choose another out_dir")
         from sd2.train.resume import load_weights
 
-        load_weights(self._unwrapped(), out)
+        load_weights(self.unwrapped(), out)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
@@ -284,7 +307,7 @@ class Trainer:
         self.tokens_seen, self.wall_s, self.history = state["tokens_seen"], state["wall_s"], state["history"]
         log.info("resumed %s at step %d", out, self.step)
 
-    def _unwrapped(self) -> _Recipe:
+    def unwrapped(self) -> _Recipe:
         return self.accelerator.unwrap_model(self.recipe)
 
 

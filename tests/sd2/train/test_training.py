@@ -8,60 +8,17 @@ import torch.nn.functional as F
 
 from sd2.config import DecodeConfig
 from sd2.data.batches import ShardSet, batches
-from sd2.data.examples import Example
-from sd2.data.shards import ShardConfig, build_shards
 from sd2.decoding import SpeculativeDecoder
 from sd2.official import convert_official
-from sd2.prompts import encode_prompt
 from sd2.steering import SteeringHead, anchored_biases, captured_states, new_head_for, stack_features, steered
 from sd2.train.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
-from sd2.train.config import TrainConfig
 from sd2.train.objectives import distill_step, pretrain_step, steered_logits
 from sd2.train.offsets import prompt_lengths, sample_anchors, trained_positions
 from sd2.train.trainer import TrainCallback, TrainData, Trainer
-from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    tokenizer = tiny_tokenizer()
-    examples = []
-    for i in range(48):
-        prompt = encode_prompt(tokenizer, prompt=f"Question {i}: tell me something")
-        reply = tokenizer(CORPUS[i % len(CORPUS)], add_special_tokens=False)["input_ids"] + [2]
-        examples.append(Example(f"ex{i}", tuple(prompt), tuple(reply)))
-    folder = tmp_path_factory.mktemp("shards") / "tiny"
-    build_shards(
-        examples, folder, tokenizer, ShardConfig(seq_len=64, min_response_tokens=2), {"kind": "test"}
-    )
-    shards = ShardSet(folder)
-    return TrainData(
-        shards, shards, eval_prompts=[list(examples[0].prompt_ids)], description={"kind": "test"}
-    )
-
-
-def _verifier():
-    return tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
-
-
-def _drafter():
-    return tiny_llama(hidden=32, layers=2, ffn=64, seed=1)
-
-
-def _config(tmp_path, objective, **overrides):
-    values = dict(
-        objective=objective,
-        out_dir=str(tmp_path / objective),
-        steps=12,
-        batch_size=8,
-        lr=3e-3,
-        warmup_steps=2,
-        eval_every=0,
-        save_every=0,
-        k=4,
-        eval_max_new_tokens=16,
-    )
-    return TrainConfig(**(values | overrides))
+from tests.sd2.train.tiny_runs import tiny_drafter as _drafter
+from tests.sd2.train.tiny_runs import tiny_verifier as _verifier
+from tests.sd2.train.tiny_runs import train_config as _config
+from tests.tiny import tiny_llama, tiny_tokenizer
 
 
 def _losses(out_dir):
