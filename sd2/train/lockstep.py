@@ -23,13 +23,14 @@ from sd2.train.trainer import Trainer
 log = logging.getLogger(__name__)
 
 # settings that fix which batches a run draws, and how the verifier computes on them
-SHARED_SETTINGS = ("seed", "batch_size", "grad_accum", "skip_batches", "precision")
+SHARED_SETTINGS = ("seed", "batch_size", "grad_accum", "skip_batches", "precision", "eval_batches")
 
 
 class SharedTargets:
     """`objectives.verifier_targets`, computed once per batch for every run that asks for it.
 
-    Keeps the latest `capacity` batches (one optimiser step's micro-batches). Features are captured
+    Keeps the latest `capacity` batches (first in, first out): one optimiser step's micro-batches plus
+    the validation batches, which every run evaluates in turn at the same step. Features are captured
     at `layers` (every steered run's head reads the same verifier layers) and handed only to the runs
     that ask for them.
     """
@@ -77,7 +78,8 @@ def share_verifier(trainers: Sequence[Trainer]) -> SharedTargets:
     heads = {t.unwrapped().head.config.verifier_layers for t in trainers if t.unwrapped().head is not None}
     if len(heads) > 1:
         raise ValueError(f"steering heads read different verifier layers {sorted(heads)}; they must match")
-    shared = SharedTargets(next(iter(heads), None), capacity=first.config.grad_accum)
+    capacity = first.config.grad_accum + first.config.eval_batches
+    shared = SharedTargets(next(iter(heads), None), capacity)
     for trainer in trainers:
         trainer.unwrapped().targets = shared
     return shared

@@ -39,7 +39,7 @@ def run_training(args: argparse.Namespace) -> None:
 def run_lockstep(args: argparse.Namespace) -> None:
     """`sd2 train lockstep`: the --run fine-tunes of one base on the same batches, one verifier pass
     per batch for all of them (`lockstep.run_in_lockstep`)."""
-    configs = [_config(args, *LOCKSTEP_RECIPES[recipe], out) for recipe, out in args.runs]
+    configs = lockstep_configs(args)
     verifier, tokenizer, data = _verifier_and_data(args, configs[0])
     trainers = [_trainer(args, config, verifier, tokenizer, data) for config in configs]
     for out in run_in_lockstep(trainers):
@@ -49,6 +49,15 @@ def run_lockstep(args: argparse.Namespace) -> None:
 
 # recipe name → (objective, freeze_drafter)
 LOCKSTEP_RECIPES = {"distill": ("distill", False), "sd2": ("sd2", False), "sd2-frozen": ("sd2", True)}
+
+
+def lockstep_configs(args: argparse.Namespace) -> list[TrainConfig]:
+    """One TrainConfig per --run RECIPE=OUT, the other settings common to all."""
+    configs = []
+    for recipe, out in args.runs:
+        objective, freeze_drafter = LOCKSTEP_RECIPES[recipe]
+        configs.append(_config(args, objective, out, freeze_drafter))
+    return configs
 
 
 def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_drafter: bool) -> TrainConfig:

@@ -83,6 +83,15 @@ def test_lockstep_runs_resume_and_validate_like_separate_ones(tmp_path, data):
         assert _same_weights(separate, lockstep), name
 
 
+def test_lockstep_runs_share_the_verifier_on_validation_batches_too(tmp_path, data):
+    validated = TrainData(data.train, data.validation)  # 4 validation batches, no τ prompts
+    trainers = _trainers(tmp_path, tiny_verifier(), validated, steps=3)  # validated once, at the end
+    run_in_lockstep(trainers)
+    shared = trainers[0].unwrapped().targets
+    assert (shared.computed, shared.shared) == (3 + 4, 2 * (3 + 4))
+    assert all("val_loss" in t.history[-1] for t in trainers)
+
+
 def test_lockstep_refuses_runs_that_would_draw_different_batches(tmp_path, data):
     verifier = tiny_verifier()
     mixed = _trainers(tmp_path / "a", verifier, data)
@@ -99,14 +108,19 @@ def test_lockstep_refuses_runs_that_would_draw_different_batches(tmp_path, data)
 
 def test_the_lockstep_command_builds_one_config_per_run(tmp_path, capsys):
     from sd2.cli import build_parser, main
-    from sd2.train.run import _config
+    from sd2.train.run import lockstep_configs
 
     argv = ["train", "lockstep", "--from", "BASE", "--run", "distill=a", "--run", "sd2-frozen=b"]
     args = build_parser().parse_args([*argv, "--steps", "3", "--skip-batches", "2", "--precision", "bf16"])
     assert args.runs == [("distill", "a"), ("sd2-frozen", "b")] and args.base == "BASE"
-    frozen = _config(args, "sd2", "b", True)
-    assert (frozen.objective, frozen.freeze_drafter, frozen.steps, frozen.skip_batches) == ("sd2", True, 3, 2)
-    assert frozen.precision == "bf16" and frozen.out_dir == "b"
+    distill, frozen = lockstep_configs(args)
+    assert (distill.objective, distill.freeze_drafter, distill.out_dir) == ("distill", False, "a")
+    assert (frozen.objective, frozen.freeze_drafter, frozen.out_dir) == ("sd2", True, "b")
+    assert (
+        (frozen.steps, frozen.skip_batches, frozen.precision)
+        == (3, 2, "bf16")
+        == (distill.steps, distill.skip_batches, distill.precision)
+    )
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "lockstep", "--from", "BASE", "--run", "pretrain=a"])
     assert "RECIPE one of distill, sd2, sd2-frozen" in capsys.readouterr().err
