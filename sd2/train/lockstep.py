@@ -1,9 +1,10 @@
 """Several fine-tunes of one base on the same batches, one step each in turn, sharing the verifier.
 
-A distill / SD² step is mostly the frozen verifier's forward. Runs with the same data order (seed,
-batch size, accumulation, skipped batches) and precision draw identical batches, so taking their steps
-in turn lets one verifier forward per batch serve all of them: the same results as separate runs
-(`tests/sd2/train`), at about one verifier forward per step instead of one per run and step.
+A distill / SD² step is mostly the frozen verifier's forward. Runs that agree on SHARED_SETTINGS (the
+data order: seed, batch size, accumulation, skipped batches, validation batches; and the precision the
+verifier computes in) draw identical batches, so taking their steps in turn lets one verifier forward
+per batch serve all of them: the same results as separate runs (`tests/sd2/train/test_lockstep.py`), at
+one verifier forward per step instead of one per run and step.
 """
 
 from __future__ import annotations
