@@ -136,9 +136,6 @@ def _train(args: argparse.Namespace) -> int:
 def _train_lockstep(args: argparse.Namespace) -> int:
     from sd2.train.run import run_lockstep
 
-    outs = [Path(out).resolve() for _, out in args.runs]
-    if len(set(outs)) < len(outs):
-        raise ValueError("each --run needs its own OUT folder")
     run_lockstep(args)
     return 0
 

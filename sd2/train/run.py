@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
@@ -52,7 +53,11 @@ LOCKSTEP_RECIPES = {"distill": ("distill", False), "sd2": ("sd2", False), "sd2-f
 
 
 def lockstep_configs(args: argparse.Namespace) -> list[TrainConfig]:
-    """One TrainConfig per --run RECIPE=OUT, the other settings common to all."""
+    """One TrainConfig per --run RECIPE=OUT, the other settings common to all (checked before any model
+    loads: each run needs its own folder)."""
+    outs = [Path(out).resolve() for _, out in args.runs]
+    if len(set(outs)) < len(outs):
+        raise ValueError("each --run needs its own OUT folder")
     configs = []
     for recipe, out in args.runs:
         objective, freeze_drafter = LOCKSTEP_RECIPES[recipe]
