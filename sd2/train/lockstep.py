@@ -81,9 +81,19 @@ def share_verifier(trainers: Sequence[Trainer]) -> SharedTargets:
         raise ValueError(f"steering heads read different verifier layers {sorted(heads)}; they must match")
     capacity = first.config.grad_accum + first.config.eval_batches
     shared = SharedTargets(next(iter(heads), None), capacity)
+    note = lockstep_note([Path(t.config.out_dir).name for t in trainers])
     for trainer in trainers:
         trainer.unwrapped().targets = shared
+        trainer.card["trainer"] = note  # every checkpoint's card says how its wall time was shared
     return shared
+
+
+def lockstep_note(runs: Sequence[str]) -> str:
+    """The card's `trainer` entry of a run trained in lockstep with `runs` (their folder names)."""
+    return (
+        f"sd2 train lockstep ({', '.join(runs)} on the same batches; wall_time_s is this run's share, "
+        "the first run of each round carries the shared verifier forwards)"
+    )
 
 
 def run_in_lockstep(trainers: Sequence[Trainer]) -> list[Path]:

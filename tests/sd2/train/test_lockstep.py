@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sd2.steering import new_head_for
-from sd2.train.lockstep import run_in_lockstep, share_verifier
+from sd2.train.lockstep import lockstep_note, run_in_lockstep, share_verifier
 from sd2.train.trainer import TrainData, Trainer
 from tests.sd2.train.tiny_runs import tiny_drafter, tiny_verifier, train_config
 
@@ -60,7 +60,10 @@ def test_lockstep_equals_separate_runs_with_one_verifier_forward_per_batch(tmp_p
         separate, lockstep = tmp_path / "separate" / name, tmp_path / "lockstep" / name
         assert _state(separate)["history"] == _state(lockstep)["history"], name
         assert _same_weights(separate, lockstep), name
-        assert json.loads((lockstep / "sd2_card.json").read_text())["steps"] == steps
+        card = json.loads((lockstep / "sd2_card.json").read_text())
+        assert card["steps"] == steps
+        assert card["trainer"] == lockstep_note(list(RECIPES))
+        assert "trainer" not in json.loads((separate / "sd2_card.json").read_text())
 
 
 def test_lockstep_runs_resume_and_validate_like_separate_ones(tmp_path, data):
