@@ -45,8 +45,19 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         metavar="RECIPE=OUT",
         help="a fine-tune and its checkpoint folder; RECIPE is distill, sd2 or sd2-frozen (repeat the flag)",
     )
-    for parser in (distill, sd2, lockstep):
+    for parser in (distill, sd2):
         parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
+    lockstep.add_argument(
+        "--from",
+        dest="bases",
+        action="append",
+        required=True,
+        type=_lockstep_base,
+        metavar="[RECIPE=]PATH",
+        help="the drafter checkpoint every run starts from; RECIPE=PATH (repeatable) starts that recipe's "
+        "run from its own checkpoint instead — e.g. each shipped fine-tune, to continue all of them equally",
+    )
+    for parser in (distill, sd2, lockstep):
         parser.add_argument(
             "--data", default="sharegpt", help="comma-separated: sharegpt, sharegpt-turns, synth:PATH, pydocs"
         )
@@ -85,6 +96,18 @@ def _lockstep_run(text: str) -> tuple[str, str]:
             f"{text!r} is not RECIPE=OUT with RECIPE one of {', '.join(LOCKSTEP_RECIPES)}"
         )
     return recipe, out
+
+
+def _lockstep_base(text: str) -> tuple[str | None, str]:
+    """`PATH` (every run's base) or `RECIPE=PATH` (that recipe's run only) → (recipe or None, PATH)."""
+    from sd2.train.run import LOCKSTEP_RECIPES
+
+    recipe, sep, path = text.partition("=")
+    if sep and recipe in LOCKSTEP_RECIPES:
+        if not path:
+            raise argparse.ArgumentTypeError(f"{text!r} names no checkpoint after {recipe}=")
+        return recipe, path
+    return None, text
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -40,9 +40,9 @@ def run_training(args: argparse.Namespace) -> None:
 def run_lockstep(args: argparse.Namespace) -> None:
     """`sd2 train lockstep`: the --run fine-tunes of one base on the same batches, one verifier pass
     per batch for all of them (`lockstep.run_in_lockstep`)."""
-    configs = lockstep_configs(args)
-    verifier, tokenizer, data = _verifier_and_data(args, configs[0])
-    trainers = [_trainer(args, config, verifier, tokenizer, data) for config in configs]
+    plan = lockstep_configs(args)
+    verifier, tokenizer, data = _verifier_and_data(args, plan[0][0])
+    trainers = [_trainer(args, config, verifier, tokenizer, data, base) for config, base in plan]
     for out in run_in_lockstep(trainers):
         log.info("checkpoint written to %s", out)
         print(out)
@@ -52,17 +52,40 @@ def run_lockstep(args: argparse.Namespace) -> None:
 LOCKSTEP_RECIPES = {"distill": ("distill", False), "sd2": ("sd2", False), "sd2-frozen": ("sd2", True)}
 
 
-def lockstep_configs(args: argparse.Namespace) -> list[TrainConfig]:
-    """One TrainConfig per --run RECIPE=OUT, the other settings common to all (checked before any model
-    loads: each run needs its own folder)."""
+def lockstep_configs(args: argparse.Namespace) -> list[tuple[TrainConfig, str]]:
+    """(TrainConfig, base checkpoint) per --run RECIPE=OUT, the other settings common to all (checked
+    before any model loads: each run needs its own folder and exactly one base)."""
     outs = [Path(out).resolve() for _, out in args.runs]
     if len(set(outs)) < len(outs):
         raise ValueError("each --run needs its own OUT folder")
-    configs = []
-    for recipe, out in args.runs:
+    bases = lockstep_bases(args.bases, [recipe for recipe, _ in args.runs])
+    plan = []
+    for (recipe, out), base in zip(args.runs, bases, strict=True):
         objective, freeze_drafter = LOCKSTEP_RECIPES[recipe]
-        configs.append(_config(args, objective, out, freeze_drafter))
-    return configs
+        plan.append((_config(args, objective, out, freeze_drafter), base))
+    return plan
+
+
+def lockstep_bases(entries: list[tuple[str | None, str]], recipes: list[str]) -> list[str]:
+    """Each run's starting checkpoint from the --from entries: its recipe's own `RECIPE=PATH`, else the
+    plain `PATH` every run shares."""
+    shared = [path for recipe, path in entries if recipe is None]
+    own: dict[str, str] = {}
+    for recipe, path in entries:
+        if recipe is None:
+            continue
+        if recipe in own:
+            raise ValueError(f"--from {recipe}=… is given twice")
+        if recipe not in recipes:
+            raise ValueError(f"--from {recipe}={path} names a recipe with no --run {recipe}=OUT")
+        own[recipe] = path
+    if len(shared) > 1:
+        raise ValueError(f"--from PATH is given {len(shared)} times ({', '.join(shared)}): give one")
+    missing = [r for r in recipes if r not in own and not shared]
+    if missing:
+        hint = f"add --from PATH or --from {missing[0]}=PATH"
+        raise ValueError(f"no base for the {', '.join(missing)} run: {hint}")
+    return [own.get(recipe, shared[0] if shared else "") for recipe in recipes]
 
 
 def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_drafter: bool) -> TrainConfig:
@@ -102,8 +125,11 @@ def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
     return verifier, tokenizer, data
 
 
-def _trainer(args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data) -> Trainer:
-    drafter, head, card = _starting_point(args, config, verifier)
+def _trainer(
+    args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data, base: str | None = None
+) -> Trainer:
+    """The run's Trainer, starting from `base` (default: --from)."""
+    drafter, head, card = _starting_point(args.base if base is None else base, args, config, verifier)
     card = {**card, "base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
     stop_ids = stop_token_ids(verifier, tokenizer)
     return Trainer(config, drafter, verifier, data, head, tokenizer, stop_ids, card=card)
@@ -115,22 +141,22 @@ def load_trainable_drafter(path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(path)), dtype=torch.float32)
 
 
-def _starting_point(args, config: TrainConfig, verifier):
-    """pretrain: a fresh drafter (or, with --from, the checkpoint to keep pretraining); distill/sd2:
-    the --from checkpoint (+ a new or existing head for sd2)."""
-    if config.objective == "pretrain" and args.base is None:
+def _starting_point(base: str | None, args, config: TrainConfig, verifier):
+    """pretrain: a fresh drafter (or, with a base, the checkpoint to keep pretraining); distill/sd2:
+    the base checkpoint (+ a new or existing head for sd2)."""
+    if config.objective == "pretrain" and base is None:
         shape = DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)
         return new_drafter(verifier, shape, seed=config.seed), None, {"architecture": shape.__dict__}
-    base_card = verify_checkpoint(args.base)
-    drafter = load_trainable_drafter(args.base)
+    base_card = verify_checkpoint(base)
+    drafter = load_trainable_drafter(base)
     head = None
     if config.objective == "sd2":
         head = (
-            SteeringHead.load(args.base).float()
-            if has_steering_head(args.base)
+            SteeringHead.load(base).float()
+            if has_steering_head(base)
             else new_head_for(verifier, drafter, k=config.k)
         )
-    return drafter, head, {"initialised_from": str(args.base), "lineage": lineage(base_card)}
+    return drafter, head, {"initialised_from": str(base), "lineage": lineage(base_card)}
 
 
 def lineage(base_card: dict) -> list[dict]:

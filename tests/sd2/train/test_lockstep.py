@@ -115,8 +115,9 @@ def test_the_lockstep_command_builds_one_config_per_run(tmp_path, capsys):
 
     argv = ["train", "lockstep", "--from", "BASE", "--run", "distill=a", "--run", "sd2-frozen=b"]
     args = build_parser().parse_args([*argv, "--steps", "3", "--skip-batches", "2", "--precision", "bf16"])
-    assert args.runs == [("distill", "a"), ("sd2-frozen", "b")] and args.base == "BASE"
-    distill, frozen = lockstep_configs(args)
+    assert args.runs == [("distill", "a"), ("sd2-frozen", "b")] and args.bases == [(None, "BASE")]
+    (distill, distill_base), (frozen, frozen_base) = lockstep_configs(args)
+    assert distill_base == frozen_base == "BASE"
     assert (distill.objective, distill.freeze_drafter, distill.out_dir) == ("distill", False, "a")
     assert (frozen.objective, frozen.freeze_drafter, frozen.out_dir) == ("sd2", True, "b")
     assert (
@@ -129,3 +130,31 @@ def test_the_lockstep_command_builds_one_config_per_run(tmp_path, capsys):
     assert "RECIPE one of distill, sd2, sd2-frozen" in capsys.readouterr().err
     assert main(["train", "lockstep", "--from", "BASE", "--run", "sd2=x", "--run", "distill=./x"]) == 2
     assert "each --run needs its own OUT folder" in capsys.readouterr().err
+
+
+def test_the_lockstep_command_can_start_each_run_from_its_own_checkpoint(capsys):
+    """Continuing every shipped fine-tune by one more equal stage: --from RECIPE=PATH per run, a plain
+    --from PATH for the rest; a run left without a base, or a base for a recipe with no run, is refused."""
+    from sd2.cli import build_parser, main
+    from sd2.train.run import lockstep_configs
+
+    runs = ["--run", "distill=a", "--run", "sd2=b", "--run", "sd2-frozen=c"]
+    own = ["--from", "distill=D", "--from", "sd2=S", "--from", "sd2-frozen=F"]
+    args = build_parser().parse_args(["train", "lockstep", *runs, *own])
+    assert [base for _, base in lockstep_configs(args)] == ["D", "S", "F"]
+    args = build_parser().parse_args(["train", "lockstep", *runs, "--from", "sd2=S", "--from", "BASE"])
+    assert [base for _, base in lockstep_configs(args)] == ["BASE", "S", "BASE"]
+    args = build_parser().parse_args(["train", "lockstep", *runs, "--from", "./x=y"])  # a path with "="
+    assert [base for _, base in lockstep_configs(args)] == ["./x=y"] * 3
+    for extra, message in (
+        (["--from", "sd2=S"], "no base for the distill, sd2-frozen run"),
+        (["--from", "B1", "--from", "B2"], "--from PATH is given 2 times"),
+        (["--from", "sd2=S", "--from", "sd2=T", "--from", "B"], "--from sd2=… is given twice"),
+    ):
+        assert main(["train", "lockstep", *runs, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["train", "lockstep", "--run", "distill=a", "--from", "B", "--from", "sd2=S"]) == 2
+    assert "--from sd2=S names a recipe with no --run sd2=OUT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "lockstep", *runs, "--from", "sd2="])
+    assert "names no checkpoint after sd2=" in capsys.readouterr().err

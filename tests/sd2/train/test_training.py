@@ -331,8 +331,8 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
 
     verifier = _verifier()
     first = Trainer(_config(tmp_path, "pretrain", steps=2), _drafter(), verifier, data).run()
-    args = argparse.Namespace(base=str(first), layers=9, hidden=8, ffn=8)  # shape flags are ignored
-    drafter, head, card = _starting_point(args, _config(tmp_path / "more", "pretrain"), verifier)
+    args = argparse.Namespace(layers=9, hidden=8, ffn=8)  # shape flags are ignored with a base
+    drafter, head, card = _starting_point(str(first), args, _config(tmp_path / "more", "pretrain"), verifier)
     saved = load_trainable_drafter_from(first).state_dict()
     assert head is None and card["initialised_from"] == str(first)
     first_card = verify_checkpoint(first)
@@ -342,7 +342,8 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
     assert stage["final_metrics"] == first_card["final_metrics"]
     assert all(torch.equal(saved[name], t) for name, t in drafter.state_dict().items())
     fresh, _, fresh_card = _starting_point(
-        argparse.Namespace(base=None, layers=2, hidden=32, ffn=64),
+        None,
+        argparse.Namespace(layers=2, hidden=32, ffn=64),
         _config(tmp_path / "new", "pretrain"),
         verifier,
     )
@@ -355,7 +356,7 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
         card=card,
     ).run()
     _, _, third_card = _starting_point(
-        argparse.Namespace(base=str(second)), _config(tmp_path / "x", "distill"), verifier
+        str(second), argparse.Namespace(), _config(tmp_path / "x", "distill"), verifier
     )
     assert [s["steps"] for s in third_card["lineage"]] == [1, 2]  # most recent stage first
 
