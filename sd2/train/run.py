@@ -31,15 +31,15 @@ log = logging.getLogger(__name__)
 def run_training(args: argparse.Namespace) -> None:
     config = _config(args, args.objective, args.out, getattr(args, "freeze_drafter", False))
     verifier, tokenizer, data = _verifier_and_data(args, config)
-    trainer = _trainer(args, config, verifier, tokenizer, data)
+    trainer = _trainer(args, config, verifier, tokenizer, data, args.base)
     out = trainer.run()
     log.info("checkpoint written to %s", out)
     print(out)
 
 
 def run_lockstep(args: argparse.Namespace) -> None:
-    """`sd2 train lockstep`: the --run fine-tunes of one base on the same batches, one verifier pass
-    per batch for all of them (`lockstep.run_in_lockstep`)."""
+    """`sd2 train lockstep`: the --run fine-tunes (each from its --from base) on the same batches, one
+    verifier pass per batch for all of them (`lockstep.run_in_lockstep`)."""
     plan = lockstep_configs(args)
     verifier, tokenizer, data = _verifier_and_data(args, plan[0][0])
     trainers = [_trainer(args, config, verifier, tokenizer, data, base) for config, base in plan]
@@ -81,11 +81,12 @@ def lockstep_bases(entries: list[tuple[str | None, str]], recipes: list[str]) ->
         own[recipe] = path
     if len(shared) > 1:
         raise ValueError(f"--from PATH is given {len(shared)} times ({', '.join(shared)}): give one")
-    missing = [r for r in recipes if r not in own and not shared]
+    default = shared[0] if shared else None
+    missing = [r for r in recipes if r not in own and default is None]
     if missing:
         hint = f"add --from PATH or --from {missing[0]}=PATH"
         raise ValueError(f"no base for the {', '.join(missing)} run: {hint}")
-    return [own.get(recipe, shared[0] if shared else "") for recipe in recipes]
+    return [own.get(recipe, default) for recipe in recipes]
 
 
 def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_drafter: bool) -> TrainConfig:
@@ -126,10 +127,10 @@ def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
 
 
 def _trainer(
-    args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data, base: str | None = None
+    args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data, base: str | None
 ) -> Trainer:
-    """The run's Trainer, starting from `base` (default: --from)."""
-    drafter, head, card = _starting_point(args.base if base is None else base, args, config, verifier)
+    """The run's Trainer, starting from the `base` checkpoint (None: a fresh pretraining drafter)."""
+    drafter, head, card = _starting_point(base, args, config, verifier)
     card = {**card, "base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
     stop_ids = stop_token_ids(verifier, tokenizer)
     return Trainer(config, drafter, verifier, data, head, tokenizer, stop_ids, card=card)
