@@ -1,6 +1,7 @@
 """Paired comparison of methods in an `sd2 bench` result: τ differences with bootstrap intervals.
 
     python benchmarks/paired_tau.py assets/benchmarks/drafters_chat24.json [--set chat --k 4 --temperature 0]
+    python benchmarks/paired_tau.py NEW.json --earlier OLD.json --earlier-label gen5   # across two runs
 
 Every method decoded the same prompts, so the comparison is paired: for each pair of methods it resamples
 prompts with replacement (seeded), recomputes both τ (accepted-and-emitted tokens / verifier blocks,
@@ -68,16 +69,32 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--draws", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--earlier",
+        type=Path,
+        default=None,
+        help="a second bench.json on the same prompts (e.g. an earlier generation's, from git history): "
+        "its methods join the comparison as METHOD@LABEL",
+    )
+    parser.add_argument("--earlier-label", default="earlier", help="the LABEL of --earlier's methods")
     args = parser.parse_args()
     table = per_prompt(json.loads(args.result.read_text()), args.prompt_set, args.k, args.temperature)
+    if args.earlier is not None:
+        earlier = per_prompt(json.loads(args.earlier.read_text()), args.prompt_set, args.k, args.temperature)
+        if not earlier:
+            raise SystemExit(
+                f"{args.earlier} has no generations for {args.prompt_set}, k={args.k}, T={args.temperature}"
+            )
+        table.update({f"{method}@{args.earlier_label}": cells for method, cells in earlier.items()})
     if len(table) < 2:
         raise SystemExit(
             f"{args.result} has fewer than two methods for {args.prompt_set}, k={args.k}, "
             f"T={args.temperature}"
         )
     print(
-        f"# Paired τ comparison — {args.result}, set {args.prompt_set}, k = {args.k}, "
-        f"T = {args.temperature:g}\n"
+        f"# Paired τ comparison — {args.result}"
+        + (f" and {args.earlier} (methods @{args.earlier_label})" if args.earlier else "")
+        + f", set {args.prompt_set}, k = {args.k}, T = {args.temperature:g}\n"
     )
     print("| method | prompts | τ |\n|---|---|---|")
     for method, cells in table.items():
