@@ -2,11 +2,15 @@
 
     python benchmarks/paired_tau.py assets/benchmarks/drafters_chat24.json [--set chat --k 4 --temperature 0]
     python benchmarks/paired_tau.py NEW.json --earlier OLD.json --earlier-label gen5   # across two runs
+    python benchmarks/paired_tau.py S0.json S1000.json S2000.json --set code --temperature 1  # pooled seeds
 
 Every method decoded the same prompts, so the comparison is paired: for each pair of methods it resamples
 prompts with replacement (seeded), recomputes both τ (accepted-and-emitted tokens / verifier blocks,
 pooled over the resampled prompts, as `sd2 bench` pools them) and reports the observed difference, its
 95 % interval, and on how many prompts each side had the higher per-prompt τ. Markdown on stdout.
+
+Several results of the same prompts run with different `--seed`s (at T > 0: independent samples of each
+prompt) are pooled per prompt before the bootstrap, which resamples prompts with all of their samples.
 """
 
 from __future__ import annotations
@@ -33,6 +37,30 @@ def per_prompt(result: dict, prompt_set: str, k: int, temperature: float) -> dic
             blocks + gen["judged_blocks"],
         )
     return table
+
+
+def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temperature: float) -> dict:
+    """per_prompt of several results pooled (tokens and blocks summed per prompt); each must have been run
+    with its own seed — the same seed repeats the same samples, and pooling them would count them twice."""
+    seeds: dict[int, Path] = {}
+    for path, result in results:
+        seed = result["plan"]["seed"]
+        if seed in seeds:
+            raise SystemExit(
+                f"{seeds[seed]} and {path} were both run with --seed {seed}: pooling them would "
+                "count the same samples twice (run each with its own --seed)"
+            )
+        seeds[seed] = path
+    pooled: dict[str, dict[str, tuple]] = {}
+    for path, result in results:
+        table = per_prompt(result, prompt_set, k, temperature)
+        if not table:
+            raise SystemExit(f"{path} has no generations for {prompt_set}, k={k}, T={temperature}")
+        for method, cells in table.items():
+            for prompt_id, (tokens, blocks) in cells.items():
+                t, b = pooled.setdefault(method, {}).get(prompt_id, (0, 0))
+                pooled[method][prompt_id] = (t + tokens, b + blocks)
+    return pooled
 
 
 def pooled_tau(cells: list[tuple]) -> float:
@@ -63,7 +91,12 @@ def compare(a: dict, b: dict, draws: int, seed: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", type=Path, help="bench.json written by `sd2 bench`")
+    parser.add_argument(
+        "results",
+        type=Path,
+        nargs="+",
+        help="bench.json written by `sd2 bench`; several (same prompts, each its own --seed) are pooled",
+    )
     parser.add_argument("--set", dest="prompt_set", default="chat")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -78,7 +111,12 @@ def main() -> int:
     )
     parser.add_argument("--earlier-label", default="earlier", help="the LABEL of --earlier's methods")
     args = parser.parse_args()
-    table = per_prompt(json.loads(args.result.read_text()), args.prompt_set, args.k, args.temperature)
+    table = pool_results(
+        [(path, json.loads(path.read_text())) for path in args.results],
+        args.prompt_set,
+        args.k,
+        args.temperature,
+    )
     if args.earlier is not None:
         earlier = per_prompt(json.loads(args.earlier.read_text()), args.prompt_set, args.k, args.temperature)
         if not earlier:
@@ -88,14 +126,16 @@ def main() -> int:
         table.update({f"{method}@{args.earlier_label}": cells for method, cells in earlier.items()})
     if len(table) < 2:
         raise SystemExit(
-            f"{args.result} has fewer than two methods for {args.prompt_set}, k={args.k}, "
-            f"T={args.temperature}"
+            f"{', '.join(map(str, args.results))} has fewer than two methods for {args.prompt_set}, "
+            f"k={args.k}, T={args.temperature}"
         )
     print(
-        f"# Paired τ comparison — {args.result}"
+        f"# Paired τ comparison — {', '.join(map(str, args.results))}"
         + (f" and {args.earlier} (methods @{args.earlier_label})" if args.earlier else "")
         + f", set {args.prompt_set}, k = {args.k}, T = {args.temperature:g}\n"
     )
+    if len(args.results) > 1:
+        print(f"{len(args.results)} results pooled per prompt (one sample of each prompt per seed).\n")
     print("| method | prompts | τ |\n|---|---|---|")
     for method, cells in table.items():
         print(f"| {method} | {len(cells)} | {pooled_tau(list(cells.values())):.3f} |")
