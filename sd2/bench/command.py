@@ -51,12 +51,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 (greedy)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (quick: 32)")
     p.add_argument(
-        "--repeats", type=int, default=None, help="timed repetitions per cell (default 3, quick 2)"
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repetitions per cell (default 3, quick 2); each redraws the same seeded sample",
     )
     p.add_argument(
         "--max-prompts", type=int, default=None, help="prompts per set, 0 = all (default 10, quick 2)"
     )
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="generation i of a cell samples with seed + i (default 0); at T > 0 another seed gives "
+        "new samples (pool runs with benchmarks/paired_tau.py)",
+    )
     p.add_argument("--quick", action="store_true", help="a smoke run: under ~3 minutes on 2 CPU cores")
     p.add_argument("--k-sweep", action="store_true", help="try k ∈ {1,2,3,4,6,8,12} and report the best k")
     p.add_argument(
