@@ -2,6 +2,7 @@
 
     python benchmarks/paired_tau.py assets/benchmarks/drafters_chat24.json [--set chat --k 4 --temperature 0]
     python benchmarks/paired_tau.py NEW.json --earlier OLD.json --earlier-label gen5   # across two runs
+    python benchmarks/paired_tau.py SAMPLES3.json --set code --temperature 1   # a run with --samples 3
     python benchmarks/paired_tau.py S0.json S1000.json S2000.json --set code --temperature 1  # pooled seeds
 
 Every method decoded the same prompts, so the comparison is paired: for each pair of methods it resamples
@@ -9,8 +10,10 @@ prompts with replacement (seeded), recomputes both τ (accepted-and-emitted toke
 pooled over the resampled prompts, as `sd2 bench` pools them) and reports the observed difference, its
 95 % interval, and on how many prompts each side had the higher per-prompt τ. Markdown on stdout.
 
-Several results of the same prompts run with different `--seed`s (at T > 0: independent samples of each
-prompt) are pooled per prompt before the bootstrap, which resamples prompts with all of their samples.
+At T > 0 a prompt's τ depends on the draw, so a cell wants several samples of each prompt: a run with
+`--samples N`, or several runs of the same prompts with different `--seed`s, or both. All samples of a
+prompt are pooled before the bootstrap, which resamples prompts with all of their samples. Repetitions
+(`--repeats`) redraw the same sample, so only the first is read.
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ import json
 import random
 from pathlib import Path
 
+SAMPLE_SEED_STRIDE = 1000  # sd2.bench.plan.SAMPLE_SEED_STRIDE (this script reads JSON; it imports no sd2)
+
 
 def per_prompt(result: dict, prompt_set: str, k: int, temperature: float) -> dict[str, dict[str, tuple]]:
-    """method → prompt id → (judged tokens, judged blocks), over the measured repeats of that cell
-    (warm-up generations, repeat −1, are left out as `sd2 bench` leaves them out)."""
+    """method → prompt id → (judged tokens, judged blocks), summed over the samples of that cell's first
+    repetition (warm-up generations, repeat −1, are left out as `sd2 bench` leaves them out; later
+    repetitions redraw the same samples)."""
     table: dict[str, dict[str, tuple]] = {}
     for gen in result["generations"]:
         if (gen["prompt_set"], gen["k"], gen["temperature"]) != (prompt_set, k, temperature):
             continue
-        if gen["repeat"] < 0:
+        if gen["repeat"] != 0:
             continue
         tokens, blocks = table.setdefault(gen["method"], {}).get(gen["prompt_id"], (0, 0))
         table[gen["method"]][gen["prompt_id"]] = (
@@ -40,17 +46,25 @@ def per_prompt(result: dict, prompt_set: str, k: int, temperature: float) -> dic
 
 
 def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temperature: float) -> dict:
-    """per_prompt of several results pooled (tokens and blocks summed per prompt); each must have been run
-    with its own seed — the same seed repeats the same samples, and pooling them would count them twice."""
+    """per_prompt of several results pooled (tokens and blocks summed per prompt). No two may hold the same
+    draw: at T = 0 every run draws the same greedy output, and at T > 0 sample j of a run seeds like sample
+    0 of a run with --seed seed + 1000·j (`sd2.bench.plan`), so the samples' seeds must not overlap."""
+    if temperature == 0 and len(results) > 1:
+        raise SystemExit(
+            "at T = 0 every run decodes the same greedy output: pooling several would count it twice "
+            "(pass one result)"
+        )
     seeds: dict[int, Path] = {}
     for path, result in results:
-        seed = result["plan"]["seed"]
-        if seed in seeds:
-            raise SystemExit(
-                f"{seeds[seed]} and {path} were both run with --seed {seed}: pooling them would "
-                "count the same samples twice (run each with its own --seed)"
-            )
-        seeds[seed] = path
+        plan = result["plan"]
+        for sample in range(plan.get("samples", 1)):  # results before schema version 3 hold one sample
+            seed = plan["seed"] + SAMPLE_SEED_STRIDE * sample
+            if seed in seeds:
+                raise SystemExit(
+                    f"{seeds[seed]} and {path} both hold the samples seeded from {seed}: pooling them "
+                    "would count the same draws twice (give each run its own --seed, 1000 · --samples apart)"
+                )
+            seeds[seed] = path
     pooled: dict[str, dict[str, tuple]] = {}
     for path, result in results:
         table = per_prompt(result, prompt_set, k, temperature)
@@ -134,8 +148,9 @@ def main() -> int:
         + (f" and {args.earlier} (methods @{args.earlier_label})" if args.earlier else "")
         + f", set {args.prompt_set}, k = {args.k}, T = {args.temperature:g}\n"
     )
-    if len(args.results) > 1:
-        print(f"{len(args.results)} results pooled per prompt (one sample of each prompt per seed).\n")
+    samples = sum(json.loads(path.read_text())["plan"].get("samples", 1) for path in args.results)
+    if args.temperature > 0 and samples > 1:
+        print(f"{samples} samples of each prompt pooled ({len(args.results)} result(s)).\n")
     print("| method | prompts | τ |\n|---|---|---|")
     for method, cells in table.items():
         print(f"| {method} | {len(cells)} | {pooled_tau(list(cells.values())):.3f} |")

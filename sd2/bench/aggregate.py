@@ -9,7 +9,8 @@ Conventions (each number in the output follows these):
   prompt set and temperature, measured in the same run (decode; `_e2e` variants end to end).
 - τ = Σ tokens of judged forwards ÷ judged forwards (ours: complete blocks, as sd2.metrics; HF
   assisted: every verifier forward but the last, which EOS or the length limit usually cuts).
-  Acceptance rate, α̂ and the histogram are pooled over every timed generation of the cell (ours only).
+  Acceptance rate, α̂ and the histogram are pooled over every timed generation of the cell (ours only),
+  every sample of every prompt included (`--samples`: independent draws at T > 0).
 - c = drafter step time ÷ verifier forward time measured in the run (sd2.metrics convention);
   c_fwd = T_d(1) ÷ T_v(1) from isolated forwards. S(α̂, k, c) uses the run's c.
 - efficiency = measured decode speed-up over `verifier` (else over `hf-generate`) ÷ S_fwd.
@@ -67,6 +68,7 @@ class CellSummary:
     k: int | None
     n_prompts: int
     n_generations: int
+    n_samples: int  # independent samples per prompt (1 at T = 0)
     mean_new_tokens: float
     tau: float | None
     acceptance_rate: float | None
@@ -148,6 +150,7 @@ def summarize_cell(
         k=cell.k,
         n_prompts=len({m.prompt_id for m in runs}),
         n_generations=len(runs),
+        n_samples=len({m.sample for m in runs}),
         mean_new_tokens=statistics.fmean(s.n_tokens for s in stats),
         tau=_ratio(sum(s.judged_tokens for s in stats), judged),
         acceptance_rate=_ratio(accepted, drafted),
@@ -202,8 +205,8 @@ def with_baselines(
 
 def greedy_match(runs: Sequence[Measurement], reference: Sequence[Measurement]) -> float | None:
     """Fraction of prompts whose first-repetition token ids equal the reference method's."""
-    ref = {m.prompt_id: m.stats.token_ids for m in reference if m.repeat == 0}
-    mine = {m.prompt_id: m.stats.token_ids for m in runs if m.repeat == 0}
+    ref = {m.prompt_id: m.stats.token_ids for m in reference if m.repeat == 0 and m.sample == 0}
+    mine = {m.prompt_id: m.stats.token_ids for m in runs if m.repeat == 0 and m.sample == 0}
     shared = [p for p in mine if p in ref]
     return sum(mine[p] == ref[p] for p in shared) / len(shared) if shared else None
 

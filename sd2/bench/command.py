@@ -57,14 +57,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="timed repetitions per cell (default 3, quick 2); each redraws the same seeded sample",
     )
     p.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="independent samples of each prompt at T > 0, pooled into τ (default 1; T = 0 runs one): "
+        "what a sampled τ needs, where --repeats only times the same draw again",
+    )
+    p.add_argument(
         "--max-prompts", type=int, default=None, help="prompts per set, 0 = all (default 10, quick 2)"
     )
     p.add_argument(
         "--seed",
         type=int,
         default=None,
-        help="generation i of a cell samples with seed + i (default 0); at T > 0 another seed gives "
-        "new samples (pool runs with benchmarks/paired_tau.py)",
+        help="sample j of prompt i is drawn with seed + 1000·j + i (default 0); at T > 0 another seed "
+        "gives new samples (runs of several seeds pool with benchmarks/paired_tau.py)",
     )
     p.add_argument("--quick", action="store_true", help="a smoke run: under ~3 minutes on 2 CPU cores")
     p.add_argument("--k-sweep", action="store_true", help="try k ∈ {1,2,3,4,6,8,12} and report the best k")
@@ -101,6 +108,7 @@ def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
         "temperatures": tuple(args.temperatures) if args.temperatures else None,
         "max_new_tokens": args.max_new_tokens,
         "repeats": args.repeats,
+        "samples": args.samples,
         "seed": args.seed,
     }
     plan = replace(plan, **{key: value for key, value in explicit.items() if value is not None})

@@ -3,7 +3,8 @@
 Order per prompt set and temperature:
     1. warm up   each cell on the first prompt (untimed, `plan.warmup` times; first set only)
     2. repeat    for r in 0..repeats−1: for each cell (order rotated by r, so no method always runs
-                 first after a pause): for each prompt: one timed generation
+                 first after a pause): for each prompt: one timed generation of each sample
+                 (`plan.samples_at(T)`: one at T = 0)
     3. forwards  isolated T_v(1), T_v(k+1), T_d(1) on the set's first prompts
 Then everything is aggregated into one BenchReport.
 """
@@ -18,7 +19,7 @@ from sd2.bench.aggregate import CellSummary, aggregate, best_k
 from sd2.bench.forward import ForwardTimes, measure_forward_times
 from sd2.bench.hf import hf_runner
 from sd2.bench.measure import Measurement, Runner, ours_runner
-from sd2.bench.plan import SELF, BenchPlan, Cell
+from sd2.bench.plan import SAMPLE_SEED_STRIDE, SELF, BenchPlan, Cell
 from sd2.bench.prompts import PromptSet
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
@@ -46,7 +47,9 @@ def make_runner(engine: Engine, cell: Cell) -> Runner:
     return ours_runner(engine, cell) if cell.method.runner == "ours" else hf_runner(engine, cell)
 
 
-def decode_config(plan: BenchPlan, cell: Cell, temperature: float, prompt_index: int) -> DecodeConfig:
+def decode_config(
+    plan: BenchPlan, cell: Cell, temperature: float, prompt_index: int, sample: int = 0
+) -> DecodeConfig:
     """Same lengths, filters and seeds for every method; baselines get the largest k (unused by them)
     so the prompt-length check keeps the same prompts for everyone."""
     return DecodeConfig(
@@ -55,7 +58,7 @@ def decode_config(plan: BenchPlan, cell: Cell, temperature: float, prompt_index:
         top_k=plan.top_k,
         top_p=plan.top_p,
         max_new_tokens=plan.max_new_tokens,
-        seed=plan.seed + prompt_index,
+        seed=plan.generation_seed(prompt_index, sample),
     )
 
 
@@ -91,10 +94,14 @@ def run_prompt_set(
     """Steps 1–2 of the module docstring for one prompt set at one temperature (warmup: default plan's)."""
     cells, measurements = plan.cells(), []
 
-    def run(cell: Cell, index: int, repeat: int) -> Measurement:
+    def run(cell: Cell, index: int, repeat: int, sample: int = 0) -> Measurement:
         prompt = prompt_set.prompts[index]
-        stats = runners[cell.label](prompt, decode_config(plan, cell, temperature, index))
-        return Measurement(cell.method.name, prompt_set.name, prompt.id, temperature, cell.k, repeat, stats)
+        stats = runners[cell.label](prompt, decode_config(plan, cell, temperature, index, sample))
+        return Measurement(
+            cell.method.name, prompt_set.name, prompt.id, temperature, cell.k, repeat, stats, sample
+        )
+
+    samples = range(plan.samples_at(temperature))
 
     for cell in cells:  # 1. warm up
         for _ in range(plan.warmup if warmup is None else warmup):
@@ -105,7 +112,9 @@ def run_prompt_set(
             log.info(
                 "%s T=%g rep %d/%d: %s", prompt_set.name, temperature, repeat + 1, plan.repeats, cell.label
             )
-            measurements.extend(run(cell, i, repeat) for i in range(len(prompt_set.prompts)))
+            measurements.extend(
+                run(cell, i, repeat, j) for i in range(len(prompt_set.prompts)) for j in samples
+            )
     return measurements
 
 
@@ -131,6 +140,13 @@ def run_bench(
     """Run the whole plan in this process and aggregate it."""
     runners = {cell.label: make_runner(engine, cell) for cell in plan.cells()}
     prompt_sets = [fitting_prompts(engine, plan, s) for s in prompt_sets]
+    crowded = [s.name for s in prompt_sets if len(s.prompts) > SAMPLE_SEED_STRIDE]
+    if plan.samples > 1 and crowded:
+        raise ValueError(
+            f"--samples {plan.samples} with more than {SAMPLE_SEED_STRIDE} prompts in {', '.join(crowded)} "
+            "would give two generations the same seed; pass --max-prompts ≤ "
+            f"{SAMPLE_SEED_STRIDE} or --samples 1"
+        )
     trim_memory()
     measurements, forwards = [], {}
     for prompt_set in prompt_sets:

@@ -61,6 +61,7 @@ class Measurement:
     k: int | None
     repeat: int  # -1 for warm-up runs (never aggregated)
     stats: GenerationStats
+    sample: int = 0  # which independent sample of the prompt (BenchPlan.samples; always 0 at T = 0)
 
 
 Runner = Callable[[BenchPrompt, DecodeConfig], GenerationStats]

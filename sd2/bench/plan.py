@@ -1,7 +1,13 @@
-"""The run plan: which methods, temperatures, draft lengths, lengths and repetitions (frozen dataclasses).
+"""The run plan: which methods, temperatures, draft lengths, lengths, samples and repetitions (frozen
+dataclasses).
 
 A *cell* is one (method, k) pair run at one temperature on one prompt set. Baselines (`verifier`,
 `hf-generate`) draft nothing, so their cells carry k = None and run once per temperature.
+
+Seeds: sample j of prompt i is generated with seed + SAMPLE_SEED_STRIDE · j + i, the same for every
+method and repetition. A repetition redraws the same samples (it is for timing); a sample is a new
+draw (at T > 0; at T = 0 every sample would be the same, so one is run). Sample j of a run is therefore
+sample 0 of a run with --seed seed + SAMPLE_SEED_STRIDE · j.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ PRETRAINED = "pretrained"  # the drafter hf-assisted uses by default, when one o
 
 K_SWEEP = (1, 2, 3, 4, 6, 8, 12)  # draft lengths tried by --k-sweep
 K_SWEEP_QUICK = (1, 3, 8)
+SAMPLE_SEED_STRIDE = 1000  # seed distance between samples; a set may hold at most this many prompts
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class BenchPlan:
     max_prompts: int | None = 10  # prompts used per set; None = all (a full set is hours on 2 CPU cores)
     forward_prompts: int = 3  # prompts per set on which the isolated forward times are measured
     forward_repeats: int = 5  # timed repetitions of each isolated forward (median taken)
-    seed: int = 0  # generation i of a cell uses seed + i, identical across methods and repetitions
+    seed: int = 0  # sample j of prompt i uses seed + SAMPLE_SEED_STRIDE·j + i (module doc)
+    samples: int = 1  # independent samples of each prompt at T > 0 (τ pools them); T = 0 runs one
     top_k: int = 0  # sampling filters, applied to every method identically (0 / 1.0 = off)
     top_p: float = 1.0
     quick: bool = False
@@ -72,6 +80,8 @@ class BenchPlan:
             raise ValueError("methods must name at least one method")
         if self.repeats < 1:
             raise ValueError(f"repeats must be ≥ 1, got {self.repeats}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be ≥ 1, got {self.samples}")
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"k must be a list of integers ≥ 1, got {list(self.ks)}")
         if not self.temperatures or min(self.temperatures) < 0:
@@ -80,6 +90,14 @@ class BenchPlan:
     def cells(self) -> list[Cell]:
         """Baselines once, each speculative method at every k, in the plan's method order."""
         return [Cell(m, k) for m in self.methods for k in (self.ks if m.speculative else (None,))]
+
+    def samples_at(self, temperature: float) -> int:
+        """Samples per prompt at this temperature: one at T = 0 (greedy draws are all the same)."""
+        return self.samples if temperature > 0 else 1
+
+    def generation_seed(self, prompt_index: int, sample: int) -> int:
+        """The seed of sample `sample` of the set's prompt `prompt_index` (module doc)."""
+        return self.seed + SAMPLE_SEED_STRIDE * sample + prompt_index
 
     @property
     def context_k(self) -> int:

@@ -1,11 +1,11 @@
 """The versioned JSON schema of a benchmark result, and writing JSON / Markdown / HTML files.
 
-Schema `sd2.bench` version 2 (bump SCHEMA_VERSION on any change of keys or meaning):
+Schema `sd2.bench` version 3 (bump SCHEMA_VERSION on any change of keys or meaning):
     schema, schema_version, created_at (ISO 8601 UTC), command, machine{…}, models{…}, plan{…},
     prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
     forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
     cells[CellSummary fields; tokens_per_s* as {median, low, high, n, relative}], best_k[…],
-    generations[one row per timed or warm-up generation].
+    generations[one row per timed or warm-up generation, with its repeat and sample].
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 2  # 2: cells gained time_profile
+SCHEMA_VERSION = 3  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",
@@ -39,6 +39,8 @@ CONVENTIONS = {
     "forward_efficiency": "share of decode time in model forwards: isolated forward ms per token × tokens/s",
     "time_profile": "ours: ms per decode token in drafter steps, verifier forwards, steering vectors and "
     "other (sampling, acceptance, cache crops, bookkeeping, Python); sums to decode time per token",
+    "samples": "sample j of prompt i is decoded with seed + 1000·j + i, at T > 0 only; τ, acceptance and α̂ "
+    "pool every sample; repetitions redraw the same samples (they are for timing)",
     "greedy_match": "T = 0: fraction of prompts with token ids identical to verifier (else hf-generate)",
 }
 
@@ -127,6 +129,7 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
                 "temperature": m.temperature,
                 "k": m.k,
                 "repeat": m.repeat,
+                "sample": m.sample,
                 "n_tokens": m.stats.n_tokens,
                 "prefill_ms": m.stats.prefill_ms,
                 "wall_ms": m.stats.wall_ms,

@@ -122,6 +122,14 @@ def forward_table(forward_times: Sequence[dict]) -> str:
     return _markdown(["Set", "verifier forwards (ms)", "drafter steps (ms)"], rows)
 
 
+def _samples_note(plan: dict) -> str:
+    """', N samples of each prompt at T > 0 (seeds …)' when the run drew several; '' otherwise."""
+    samples = plan.get("samples", 1)  # absent before schema version 3: one sample
+    if samples == 1:
+        return f", seed {plan['seed']}"
+    return f", {samples} samples of each prompt at T > 0 (seed {plan['seed']} + 1000·sample + prompt index)"
+
+
 def markdown_report(data: dict) -> str:
     """The full Markdown report: provenance, Table 1 per temperature, details, best k, forward times."""
     sets = [s["name"] for s in data["prompt_sets"]]
@@ -136,7 +144,7 @@ def markdown_report(data: dict) -> str:
         f"{data['models']['dtype']}; drafters: {data['models']['drafters'] or 'none'}",
         f"- plan: {plan['max_new_tokens']} new tokens, {plan['repeats']} repetitions "
         f"(+{plan['warmup']} warm-up), k ∈ {plan['ks']}, T ∈ {plan['temperatures']}"
-        f"{', quick' if plan['quick'] else ''}",
+        f"{_samples_note(plan)}{', quick' if plan['quick'] else ''}",
     ]
     for s in data["prompt_sets"]:
         note = " — **demo prompts, not a benchmark set**" if s["demo"] else ""

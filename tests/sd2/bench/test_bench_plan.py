@@ -41,7 +41,8 @@ def test_cells_run_baselines_once_and_speculative_methods_at_every_k():
 
 
 @pytest.mark.parametrize(
-    "field, value", [("repeats", 0), ("ks", ()), ("ks", (0,)), ("temperatures", (-1.0,))]
+    "field, value",
+    [("repeats", 0), ("samples", 0), ("ks", ()), ("ks", (0,)), ("temperatures", (-1.0,))],
 )
 def test_plan_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field.rstrip("s") if field != "ks" else "k must"):
@@ -72,3 +73,11 @@ def test_k_sweep():
     assert build_plan(parse("--k-sweep"), []).ks == K_SWEEP
     assert build_plan(parse("--k-sweep", "--quick"), []).ks == K_SWEEP_QUICK
     assert build_plan(parse("--k-sweep", "--k", "2"), []).ks == (2,)
+
+
+def test_samples_seeds_and_the_greedy_single_sample():
+    plan = build_plan(parse("--samples", "3", "--seed", "7", "--temperatures", "0", "1"), [])
+    assert (plan.samples, plan.samples_at(0.0), plan.samples_at(1.0)) == (3, 1, 3)
+    # sample j of prompt i: the seed sample 0 of prompt i has in a run with --seed 7 + 1000·j
+    assert [plan.generation_seed(4, j) for j in range(3)] == [11, 1011, 2011]
+    assert build_plan(parse(), []).samples == 1

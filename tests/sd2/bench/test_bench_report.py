@@ -31,6 +31,7 @@ CELL_KEYS = {
     "k": (int, type(None)),
     "n_prompts": int,
     "n_generations": int,
+    "n_samples": int,
     "mean_new_tokens": float,
     "tau": (float, type(None)),
     "acceptance_rate": (float, type(None)),
@@ -63,6 +64,7 @@ GENERATION_KEYS = {
     "temperature",
     "k",
     "repeat",
+    "sample",
     "n_tokens",
     "prefill_ms",
     "wall_ms",
@@ -80,6 +82,7 @@ PLAN_KEYS = {
     "forward_prompts",
     "forward_repeats",
     "seed",
+    "samples",
     "top_k",
     "top_p",
     "quick",
@@ -92,7 +95,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 2)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 3)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     assert set(data["models"]) == {"verifier", "drafters", "device", "dtype"}

@@ -2,13 +2,14 @@
 --quick run through `sd2 bench` writing JSON / Markdown / HTML. No assertion depends on speed."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from sd2.bench.forward import measure_forward_times, time_forward
-from sd2.bench.harness import make_runner
-from sd2.bench.plan import Cell, resolve_methods
-from sd2.bench.prompts import BenchPrompt
+from sd2.bench.harness import make_runner, run_bench
+from sd2.bench.plan import BenchPlan, Cell, resolve_methods
+from sd2.bench.prompts import BenchPrompt, PromptSet
 from sd2.cli import main
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
@@ -159,3 +160,64 @@ def test_quick_bench_end_to_end(tiny_pair_dir, tmp_path, capsys):
     assert "demo prompts, not a benchmark set" in markdown
     assert (out / "bench.html").read_text().count("plotly") > 0
     assert "| self (k=2) | 3.00 | 3.00 | 3.00 |" in capsys.readouterr().out
+
+
+def sampled_ids(result, temperature):
+    """(method, prompt id, repeat, sample) → emitted ids of the timed generations at one temperature."""
+    return {
+        (m.method, m.prompt_id, m.repeat, m.sample): m.stats.token_ids
+        for m in result.measurements
+        if m.repeat >= 0 and m.temperature == temperature
+    }
+
+
+def test_samples_are_new_draws_seeded_as_runs_with_later_seeds(engine):
+    """--samples 3 at T = 1: three different draws per prompt, sample j identical to the one sample of a
+    run with --seed seed + 1000·j; repetitions redraw the same sample; T = 0 runs one sample."""
+    prompt_set = PromptSet("s", tuple(PROMPTS), source="test", demo=False, n_available=2)
+    plan = BenchPlan(
+        methods=resolve_methods(["verifier", "d"], ["d"]),
+        ks=(2,),
+        temperatures=(0.0, 1.0),
+        max_new_tokens=10,
+        repeats=2,
+        warmup=0,
+        samples=3,
+        seed=5,
+        forward_prompts=1,
+        forward_repeats=1,
+    )
+    result = run_bench(engine, plan, [prompt_set])
+    greedy, sampled = sampled_ids(result, 0.0), sampled_ids(result, 1.0)
+    assert {key[3] for key in greedy} == {0} and len(greedy) == 2 * 2 * 2  # methods × prompts × repeats
+    assert len(sampled) == 2 * 2 * 2 * 3
+    for method in ("verifier", "d"):
+        for prompt in PROMPTS:
+            draws = [sampled[(method, prompt.id, 0, j)] for j in range(3)]
+            assert [sampled[(method, prompt.id, 1, j)] for j in range(3)] == draws  # repeats: same draws
+    assert any(
+        len({sampled[(m, p.id, 0, j)] for j in range(3)}) > 1 for m in ("verifier", "d") for p in PROMPTS
+    )
+    cells = {(c.method, c.temperature): c for c in result.summaries}
+    assert (cells[("d", 1.0)].n_samples, cells[("d", 1.0)].n_generations) == (3, 12)
+    assert (cells[("d", 0.0)].n_samples, cells[("d", 0.0)].n_generations) == (1, 4)
+    for j in range(3):
+        single_run = run_bench(engine, replace(plan, samples=1, seed=5 + 1000 * j), [prompt_set])
+        single = sampled_ids(single_run, 1.0)
+        assert single == {(m, p, r, 0): sampled[(m, p, r, j)] for (m, p, r, _) in single}
+
+
+def test_samples_refuse_a_set_whose_seeds_would_collide(tiny_pair_dir, tmp_path, capsys):
+    verifier_dir, _ = tiny_pair_dir
+    prompts_dir = tmp_path / "prompts"
+    prompts_dir.mkdir()
+    (prompts_dir / "big.jsonl").write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}."}) + "\n" for i in range(1001))
+    )
+    argv = ["bench", "--verifier", str(verifier_dir), "--methods", "verifier", "--prompts-dir"]
+    argv += [str(prompts_dir), "--prompt-sets", "big", "--max-prompts", "0", "--samples", "2"]
+    argv += ["--temperatures", "1", "--out", str(tmp_path / "out")]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "--samples 2 with more than 1000 prompts in big" in err and "--max-prompts" in err
+    assert not (tmp_path / "out").exists()
