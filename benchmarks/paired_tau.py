@@ -24,7 +24,7 @@ import json
 import random
 from pathlib import Path
 
-SAMPLE_SEED_STRIDE = 1000  # sd2.bench.plan.SAMPLE_SEED_STRIDE (this script reads JSON; it imports no sd2)
+from sd2.bench.plan import SAMPLE_SEED_STRIDE
 
 
 def per_prompt(result: dict, prompt_set: str, k: int, temperature: float) -> dict[str, dict[str, tuple]]:
@@ -62,7 +62,8 @@ def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temp
             if seed in seeds:
                 raise SystemExit(
                     f"{seeds[seed]} and {path} both hold the samples seeded from {seed}: pooling them "
-                    "would count the same draws twice (give each run its own --seed, 1000 · --samples apart)"
+                    "would count the same draws twice (give each run its own --seed, "
+                    f"{SAMPLE_SEED_STRIDE} · --samples apart)"
                 )
             seeds[seed] = path
     pooled: dict[str, dict[str, tuple]] = {}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from sd2.bench.plan import SAMPLE_SEED_STRIDE
+
 
 def _fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
     return "–" if value is None else f"{value:.{digits}f}{suffix}"
@@ -127,7 +129,8 @@ def _samples_note(plan: dict) -> str:
     samples = plan.get("samples", 1)  # absent before schema version 3: one sample
     if samples == 1:
         return f", seed {plan['seed']}"
-    return f", {samples} samples of each prompt at T > 0 (seed {plan['seed']} + 1000·sample + prompt index)"
+    seeds = f"seed {plan['seed']} + {SAMPLE_SEED_STRIDE}·sample + prompt index"
+    return f", {samples} samples of each prompt at T > 0 ({seeds})"
 
 
 def markdown_report(data: dict) -> str:

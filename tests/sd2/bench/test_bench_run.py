@@ -94,13 +94,18 @@ def test_forward_times(engine):
     assert forward.drafter_ms["self"] == forward.verifier_ms[1] and forward.drafter_ms["d"] > 0
 
 
-def test_quick_bench_end_to_end(tiny_pair_dir, tmp_path, capsys):
-    verifier_dir, drafter_dir = tiny_pair_dir
+def write_prompt_set(tmp_path, name, prompts):
+    """A prompts dir under tmp_path holding NAME.jsonl with one line per prompt (ids p0, p1, …)."""
     prompts_dir = tmp_path / "prompts"
     prompts_dir.mkdir()
-    (prompts_dir / "chat.jsonl").write_text(
-        "".join(json.dumps({"id": f"c{i}", "prompt": f"Hello! Tell me story {i}."}) + "\n" for i in range(3))
-    )
+    lines = (json.dumps({"id": f"p{i}", "prompt": prompt}) + "\n" for i, prompt in enumerate(prompts))
+    (prompts_dir / f"{name}.jsonl").write_text("".join(lines))
+    return prompts_dir
+
+
+def test_quick_bench_end_to_end(tiny_pair_dir, tmp_path, capsys):
+    verifier_dir, drafter_dir = tiny_pair_dir
+    prompts_dir = write_prompt_set(tmp_path, "chat", [f"Hello! Tell me story {i}." for i in range(3)])
     out = tmp_path / "out"
     code = main(
         [
@@ -209,11 +214,7 @@ def test_samples_are_new_draws_seeded_as_runs_with_later_seeds(engine):
 
 def test_samples_refuse_a_set_whose_seeds_would_collide(tiny_pair_dir, tmp_path, capsys):
     verifier_dir, _ = tiny_pair_dir
-    prompts_dir = tmp_path / "prompts"
-    prompts_dir.mkdir()
-    (prompts_dir / "big.jsonl").write_text(
-        "".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}."}) + "\n" for i in range(1001))
-    )
+    prompts_dir = write_prompt_set(tmp_path, "big", [f"Say {i}." for i in range(1001)])
     argv = ["bench", "--verifier", str(verifier_dir), "--methods", "verifier", "--prompts-dir"]
     argv += [str(prompts_dir), "--prompt-sets", "big", "--max-prompts", "0", "--samples", "2"]
     argv += ["--temperatures", "1", "--out", str(tmp_path / "out")]
