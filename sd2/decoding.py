@@ -40,7 +40,9 @@ def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def _forward(model: nn.Module, ids: Sequence[int], cache: DynamicCache, last_only: bool) -> torch.Tensor:
+def cached_forward(
+    model: nn.Module, ids: Sequence[int], cache: DynamicCache, last_only: bool
+) -> torch.Tensor:
     """Cached forward of a few new tokens. Returns logits [T, V] (or [1, V] when last_only)."""
     device = model.get_input_embeddings().weight.device
     input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
@@ -81,7 +83,7 @@ def verifier_decode(
     inputs, kind = list(prompt_ids), "prefill"
     for index in range(config.max_new_tokens):
         start = time.perf_counter()
-        logits = _forward(verifier, inputs, cache, last_only=True)[-1]  # [V]
+        logits = cached_forward(verifier, inputs, cache, last_only=True)[-1]  # [V]
         token, probs = picker.pick(logits)
         p = float(picker.trace_probs(logits, probs)[token])
         verify_ms = _ms(start)
@@ -140,14 +142,17 @@ class SpeculativeDecoder:
         """
         start = time.perf_counter()
         with self._capture() as states:
-            logits = _forward(self.verifier, prompt_ids, self.verifier_cache, last_only=True)[-1]  # [V]
+            logits = cached_forward(self.verifier, prompt_ids, self.verifier_cache, last_only=True)[-1]  # [V]
         token, probs = self.picker.pick(logits)
         verify_ms = _ms(start)
         start = time.perf_counter()
         if self.head is not None:
-            self._steer(stack_features(states, self.head.config.verifier_layers)[0, -1])
+            features = stack_features(states, self.head.config.verifier_layers)  # [1, T, n·D_v]
+            self._steer(features[0, len(prompt_ids) - 1])
         steer_ms = _ms(start)
-        _forward(self.drafter, prompt_ids, self.drafter_cache, last_only=True)  # the prompt is never steered
+        cached_forward(
+            self.drafter, prompt_ids, self.drafter_cache, last_only=True
+        )  # the prompt is never steered
         self.tokens = [*prompt_ids, token]
         p = float(self.picker.trace_probs(logits, probs)[token])
         extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
@@ -194,7 +199,7 @@ class SpeculativeDecoder:
         inputs = self.tokens[self.drafter_cache.get_seq_length() :]  # pending: 1 or 2 tokens
         with steered(self.drafter, self.biases) if self.biases else nullcontext():
             for _ in range(k):
-                logits = _forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]  # [V]
+                logits = cached_forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]  # [V]
                 token, probs = self.picker.pick(logits)
                 tokens.append(token)
                 logit_rows.append(logits)
@@ -209,7 +214,7 @@ class SpeculativeDecoder:
     def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""
         with self._capture() as states:
-            logits = _forward(
+            logits = cached_forward(
                 self.verifier, [self.tokens[-1], *draft_tokens.tolist()], self.verifier_cache, False
             )
         features = stack_features(states, self.head.config.verifier_layers) if self.head is not None else None

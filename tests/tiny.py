@@ -43,7 +43,13 @@ def tiny_tokenizer(vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
 
 
 def tiny_llama(
-    vocab_size: int = VOCAB_SIZE, hidden: int = 64, layers: int = 4, ffn: int = 128, seed: int = 0
+    vocab_size: int = VOCAB_SIZE,
+    hidden: int = 64,
+    layers: int = 4,
+    ffn: int = 128,
+    seed: int = 0,
+    heads: int = 4,
+    kv_heads: int = 2,
 ) -> LlamaForCausalLM:
     """A random Llama in eval mode (fp32)."""
     torch.manual_seed(seed)
@@ -52,8 +58,8 @@ def tiny_llama(
         hidden_size=hidden,
         intermediate_size=ffn,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=512,
         eos_token_id=2,
         bos_token_id=1,

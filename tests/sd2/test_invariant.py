@@ -1,0 +1,103 @@
+"""sd2.invariant on tiny random models: a T-token cached forward equals T 1-token forwards, bit for bit."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from sd2.decoding import cached_forward
+from sd2.invariant import (
+    COLUMNS,
+    INVARIANT_ATTENTION,
+    KEY_BUCKET,
+    PAD,
+    ROWS,
+    STOCK,
+    RowInvariantLinear,
+    is_batch_invariant,
+    layout_for,
+    make_batch_invariant,
+    rows_product,
+    stock_kernels,
+)
+from tests.tiny import tiny_llama
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _invariant_model(dtype, heads=4, kv_heads=2):
+    model = tiny_llama(hidden=64, layers=3, ffn=160, seed=0, heads=heads, kv_heads=kv_heads).to(dtype)
+    return make_batch_invariant(model)
+
+
+@torch.inference_mode()
+def _many_vs_single(model, context: int, n_tokens: int) -> list[bool]:
+    """Whether row i of one n-token forward equals the i-th of n 1-token forwards (same context)."""
+    generator = torch.Generator().manual_seed(context * 31 + n_tokens)
+    ids = torch.randint(3, model.config.vocab_size, (context + n_tokens,), generator=generator).tolist()
+    many, single = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    cached_forward(model, ids[:context], many, last_only=True)
+    cached_forward(model, ids[:context], single, last_only=True)
+    block = cached_forward(model, ids[context:], many, last_only=False)  # [T, V]
+    new = ids[context:]
+    rows = [cached_forward(model, new[i : i + 1], single, last_only=True)[0] for i in range(n_tokens)]
+    return [torch.equal(block[i], row) for i, row in enumerate(rows)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("context", [1, 7, KEY_BUCKET - 3, KEY_BUCKET, 2 * KEY_BUCKET + 1])
+def test_a_verify_forward_equals_single_token_forwards_bitwise(dtype, context):
+    model = _invariant_model(dtype)
+    for n_tokens in (2, 3, 5, 9):  # k = 1, 2, 4, 8; across a key-bucket edge for some contexts
+        assert all(_many_vs_single(model, context, n_tokens)), (context, n_tokens)
+
+
+def test_multi_head_attention_without_grouping_is_invariant_too():
+    model = _invariant_model(torch.float32, heads=4, kv_heads=4)  # one query row per KV head
+    assert all(_many_vs_single(model, 20, 5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+def test_the_probe_picks_a_layout_whose_rows_do_not_depend_on_the_row_count(dtype):
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(96, 160, generator=generator).to(dtype)
+    layout = layout_for((96, 160), dtype, torch.device("cpu"))
+    assert layout in (STOCK, PAD, COLUMNS, ROWS)
+    rows = torch.randn(12, 160, generator=generator).to(dtype)
+    single = torch.cat([rows_product(rows[i : i + 1], weight, None, layout) for i in range(12)])
+    for m in range(2, 13):
+        assert torch.equal(rows_product(rows[:m], weight, None, layout), single[:m])
+
+
+@pytest.mark.parametrize("layout", [PAD, COLUMNS, ROWS])
+def test_every_layout_computes_the_same_product(layout):
+    generator = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(24, 40, generator=generator), torch.randn(24, generator=generator)
+    rows = torch.randn(5, 40, generator=generator)
+    expected = torch.nn.functional.linear(rows, weight, bias)
+    for m in (1, 5):
+        torch.testing.assert_close(rows_product(rows[:m], weight, bias, layout), expected[:m])
+
+
+def test_batched_and_long_forwards_keep_the_stock_results():
+    """Training batches and long prefills never need invariance: they stay on SDPA (allclose, since fp32
+    linears change layout for up to MAX_ROWS rows)."""
+    stock = tiny_llama(hidden=64, layers=2, ffn=160, seed=0)
+    invariant = make_batch_invariant(tiny_llama(hidden=64, layers=2, ffn=160, seed=0))
+    ids = torch.randint(3, 300, (3, 17), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # left padding in one row
+    with torch.inference_mode():
+        expected = stock(input_ids=ids, attention_mask=mask).logits
+        got = invariant(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_stock_kernels_switches_back_and_forth():
+    model = _invariant_model(torch.float32)
+    swapped = [m for m in model.modules() if type(m) is RowInvariantLinear]
+    assert swapped and is_batch_invariant(model)
+    with stock_kernels(model):
+        assert not is_batch_invariant(model)
+        assert all(type(m) is torch.nn.Linear for m in swapped)
+    assert is_batch_invariant(model) and model.config._attn_implementation == INVARIANT_ATTENTION
+    assert all(type(m) is RowInvariantLinear for m in swapped)
