@@ -35,9 +35,9 @@ class Handlers:
         except ApiError as err:
             return status_html(err.message, "error")
         db = "DB ok" if h["database"] else "DB unreachable"
-        return status_html(
-            f"verifier {h['verifier']} on {h['device']} · {len(h['methods'])} methods · {db}", "ok"
-        )
+        kernels = "exact kernels" if h.get("batch_invariant") else "stock kernels (not exact)"
+        line = f"verifier {h['verifier']} on {h['device']} ({kernels}) · {len(h['methods'])} methods · {db}"
+        return status_html(line, "ok")
 
     def choices(self) -> tuple[Any, Any, Any, Any]:
         """Updates for: Generate method, Compare methods, Train base drafter, History method filter."""

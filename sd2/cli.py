@@ -9,6 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sd2.placement_args import DTYPE_ENV, add_placement_arguments
+
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 
@@ -45,7 +47,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--raw", action="store_true", help="send the prompt as plain text, without the chat template"
     )
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    add_placement_arguments(p)
+    p.add_argument(
+        "--stock-kernels",
+        action="store_true",
+        help="run the verifier on transformers' own kernels: faster on some CPUs, but a verify's logits "
+        "then depend on its length, so output is no longer guaranteed identical to the verifier's",
+    )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object (DESIGN.md §6)")
     p.add_argument("--no-color", action="store_true")
     p.set_defaults(func=_generate)
@@ -58,7 +66,13 @@ def _generate(args: argparse.Namespace) -> int:
 
     decode = DecodeConfig(args.k, args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
     drafters = parse_drafters(args.drafter)
-    engine = Engine.load(args.verifier, drafters, device=args.device)
+    engine = Engine.load(
+        args.verifier,
+        drafters,
+        device=args.device,
+        dtype=args.dtype,
+        batch_invariant=not args.stock_kernels,
+    )
     method = args.method or next(iter(engine.drafters), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
         prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw
@@ -90,10 +104,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=None, help="default: $SD2_PORT or 8000")
     p.add_argument("--drafter", action="append", default=[], metavar="NAME=PATH", help="add a drafter folder")
     p.add_argument("--no-ui", action="store_true", help="serve the REST API only (no browser UI at /)")
+    add_placement_arguments(p, device=False)  # the device comes from $SD2_DEVICE
 
     def run(args: argparse.Namespace) -> int:
         from service.cli import serve  # the web stack is imported only by this command
 
+        if args.dtype:
+            os.environ[DTYPE_ENV] = args.dtype  # the service reads its settings from the environment
         return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui)
 
     p.set_defaults(func=run)

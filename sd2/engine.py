@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.devices import Placement, default_placement
+from sd2.invariant import is_batch_invariant, make_batch_invariant
 from sd2.metrics import GenerationMetrics, summarize
 from sd2.models import (
     Drafter,
@@ -60,6 +61,7 @@ class GenerationResult:
     config: DecodeConfig
     metrics: GenerationMetrics
     blocks: list[Block]
+    precision: str = ""  # where and how it ran, e.g. "cpu/bf16" (Engine.precision)
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +71,7 @@ class GenerationResult:
             "steering": self.steering,
             "prompt_tokens": self.prompt_tokens,
             "finish_reason": self.finish_reason,
+            "precision": self.precision,
             "config": asdict(self.config),
             "metrics": self.metrics.to_dict(),
             "blocks": [b.to_dict() for b in self.blocks],
@@ -86,6 +89,8 @@ class Engine:
         placement: Placement,
         verifier_name: str = "",
     ):
+        """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
+        speculative output to equal the verifier's own bit for bit."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
         self.drafters = dict(drafters)
         self.verifier_name = verifier_name
@@ -99,21 +104,37 @@ class Engine:
         drafters: Mapping[str, str] | None = None,
         device: str | None = None,
         shipped: bool = True,
+        dtype: str | None = None,
+        batch_invariant: bool = True,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
         With the embedded verifier, the drafters shipped for it in assets/drafters are loaded too
         (unless `shipped` is False); a drafter given by name replaces a shipped one of that name.
+        `dtype` is auto, bf16 or fp32 (None: $SD2_DTYPE, else auto). `batch_invariant` (the default)
+        runs the verifier on kernels whose row results do not depend on the forward's length, which
+        exactness needs (sd2.invariant); False keeps transformers' kernels (faster, not exact).
         """
-        placement = default_placement(device)
+        placement = default_placement(device, dtype)
         path = resolve_model_path(verifier)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
+        if batch_invariant:
+            make_batch_invariant(model)
         wanted = {**(shipped_drafters() if shipped and verifier is None else {}), **(drafters or {})}
         loaded = {
             name: load_drafter(name, drafter_path, placement, model, tokenizer)
             for name, drafter_path in wanted.items()
         }
         return cls(model, tokenizer, loaded, placement, verifier_name=verifier or "SmolLM2-135M-Instruct")
+
+    @property
+    def batch_invariant(self) -> bool:
+        return is_batch_invariant(self.verifier)
+
+    @property
+    def precision(self) -> str:
+        """What ran, for reports: e.g. "cpu/bf16" (+ ", stock kernels" when not batch-invariant)."""
+        return self.placement.label + ("" if self.batch_invariant else ", stock kernels")
 
     def methods(self) -> list[str]:
         return [VERIFIER_METHOD, SELF_METHOD, *self.drafters]
@@ -188,6 +209,7 @@ class Engine:
             config=request.decode,
             metrics=summarize(blocks, request.decode.k, wall_ms=wall_ms),
             blocks=blocks,
+            precision=self.precision,
         )
 
     def add_drafter(self, drafter: Drafter) -> None:

@@ -69,8 +69,9 @@ class SteeringHead(nn.Module):
             self.hml.bias.zero_()
 
     def steering_vector(self, features: torch.Tensor) -> torch.Tensor:
-        """g = W_hml features + b. features: [..., n·D_v] → [..., D_v]."""
-        return self.hml(features)
+        """g = W_hml features + b. features: [..., n·D_v] → [..., D_v], in the head's dtype (a bf16
+        verifier may feed an fp32 head, e.g. a training run's)."""
+        return self.hml(features.to(self.hml.weight.dtype))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Per-layer biases. features: [..., n·D_v] → [..., L_s, F_d]."""
@@ -125,9 +126,8 @@ def _add_bias(bias: torch.Tensor) -> Callable:
     """
 
     def hook(_module: nn.Module, _inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-        if bias.dim() == 2:
-            return output + bias[-output.shape[1] :]
-        return output + bias  # [F] broadcast, or a full [B, T, F] (teacher-forced training)
+        rows = bias[-output.shape[1] :] if bias.dim() == 2 else bias  # [F], [B, T, F] (training)
+        return output + rows.to(output.dtype)  # the drafter keeps its dtype whatever the head's
 
     return hook
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.orm import Base, BenchmarkRow
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _WRITE = "sd2_write"  # execution option that marks a write session's connection
 BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
 
@@ -44,9 +44,18 @@ def _add_benchmarks_v2(conn: Connection) -> None:
     BenchmarkRow.__table__.create(conn)
 
 
+def _add_run_precision_v3(conn: Connection) -> None:
+    """Version 3: each run records the device and precision it ran in (e.g. "cpu/bf16").
+
+    A fresh database already has the column: version 1 is created from today's ORM tables.
+    """
+    if "precision" not in {column["name"] for column in inspect(conn).get_columns("runs")}:
+        conn.execute(text("ALTER TABLE runs ADD COLUMN precision VARCHAR(48)"))
+
+
 # Ordered migrations: MIGRATIONS[i] brings a database from version i to i + 1. A later schema change
 # appends a function with explicit DDL here (never edits an earlier one) and bumps SCHEMA_VERSION.
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_benchmarks_v2]
+MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_benchmarks_v2, _add_run_precision_v3]
 
 
 class Database:

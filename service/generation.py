@@ -89,6 +89,7 @@ def decode(
         prompt=request.prompt,
         messages=list(request.messages) if request.messages is not None else None,
         prompt_set=prompt_set,
+        precision=engine.precision,
     )
     with host.lock:
         try:

@@ -45,6 +45,7 @@ class Run(Base):
     prompt: Mapped[str | None] = mapped_column(Text)
     messages: Mapped[list | None] = mapped_column()
     config: Mapped[dict] = mapped_column()  # DecodeConfig as a dict
+    precision: Mapped[str | None] = mapped_column(String(48))  # e.g. "cpu/bf16" (schema v3; NULL before)
     comparison_id: Mapped[int | None] = mapped_column(ForeignKey("comparisons.id", ondelete="SET NULL"))
     # The outcome (NULL unless succeeded); aggregates are columns so /stats is one GROUP BY.
     text: Mapped[str | None] = mapped_column(Text)

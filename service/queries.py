@@ -11,7 +11,8 @@ from service.orm import BenchmarkRow, BlockRow, DrafterRow, MetricPoint, Run, To
 
 RUN_SUMMARY_FIELDS = (
     *("id", "created_at", "status", "error", "method", "drafter", "steering", "prompt_set", "prompt"),
-    *("messages", "config", "comparison_id", "text", "n_tokens", "tau", "acceptance_rate", "alpha_hat"),
+    *("messages", "config", "precision", "comparison_id", "text", "n_tokens", "tau", "acceptance_rate"),
+    "alpha_hat",
     "tokens_per_s",
 )
 

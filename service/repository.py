@@ -42,6 +42,7 @@ class RunRecord:
     prompt: str | None
     messages: list[dict] | None
     prompt_set: str | None = None
+    precision: str | None = None  # the engine's device and precision (Engine.precision)
     status: str = "succeeded"  # succeeded | failed | cancelled
     error: str | None = None
     result: GenerationResult | None = None  # only for succeeded runs
@@ -98,6 +99,7 @@ def _insert_run(session: Session, record: RunRecord, comparison_id: int | None =
         prompt=record.prompt,
         messages=record.messages,
         config=record.config,
+        precision=result.precision if result is not None else record.precision,
         comparison_id=comparison_id,
         text=result.text if result else None,
         token_ids=result.token_ids if result else None,

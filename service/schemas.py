@@ -165,6 +165,7 @@ class GenerationOut(BaseModel):
     steering: bool
     prompt_tokens: int
     finish_reason: Literal["stop", "length"]
+    precision: str = Field(description='device and precision it ran in, e.g. "cpu/bf16"')
     config: ConfigOut
     metrics: MetricsOut
     blocks: list[BlockOut]
@@ -187,6 +188,7 @@ class RunSummary(BaseModel):
     prompt: str | None
     messages: list[Message] | None
     config: ConfigOut
+    precision: str | None = Field(None, description='device and precision it ran in, e.g. "cpu/bf16"')
     comparison_id: int | None
     text: str | None
     n_tokens: int | None
@@ -238,7 +240,10 @@ class HealthOut(BaseModel):
     models_loaded: bool
     verifier: str
     methods: list[str]
-    device: str
+    device: str = Field(description='device and precision, e.g. "cpu/bf16"')
+    batch_invariant: bool = Field(
+        description="whether the verifier runs on length-invariant kernels (exact speculative output)"
+    )
     database: bool
 
 

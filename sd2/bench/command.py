@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sd2.placement_args import add_placement_arguments
+
 if TYPE_CHECKING:
     from sd2.bench.plan import BenchPlan
 
@@ -38,7 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
     )
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    add_placement_arguments(p)
+    p.add_argument(
+        "--stock-kernels",
+        action="store_true",
+        help="our loops on transformers' own kernels too (not exact: see greedy_match); by default they run "
+        "batch-invariant and hf-generate / hf-assisted on the stock kernels, in the same precision",
+    )
     p.add_argument(
         "--prompt-sets",
         nargs="+",
@@ -128,14 +136,17 @@ def run(args: argparse.Namespace) -> int:
     drafters = parse_drafters(args.drafter)
     plan = build_plan(args, list(drafters))
     prompt_sets = load_prompt_sets(args.prompts_dir, args.prompt_sets)  # cut to max_prompts by run_bench
-    engine = Engine.load(args.verifier, drafters, device=args.device)
+    engine = Engine.load(
+        args.verifier, drafters, device=args.device, dtype=args.dtype, batch_invariant=not args.stock_kernels
+    )
     result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
     info = RunInfo(
         command="sd2 " + shlex.join(sys.argv[1:]),
         verifier=engine.verifier_name,
         drafters=drafters,
         device=engine.placement.device.type,
-        dtype=str(engine.placement.dtype).removeprefix("torch."),
+        dtype=engine.placement.precision,
+        batch_invariant=engine.batch_invariant,
     )
     out = args.out or sd2_home() / "bench" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     paths = write_outputs(result, info, out)

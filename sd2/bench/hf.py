@@ -1,6 +1,7 @@
 """The transformers peers: `generate` on the verifier alone, and assisted generation with a drafter.
 
-Both run on the Engine's own verifier object (same weights, dtype and device as ours), on the ids
+Both run on the Engine's own verifier object (same weights, dtype and device as ours, but on
+transformers' stock kernels rather than sd2.invariant's, as a user of `generate` gets them), on the ids
 `Engine.encode` gives (same prompt, same chat template), with the same stop ids and max_new_tokens
 and no min_new_tokens, so at T = 0 they emit exactly the same tokens as our loop. Timing follows
 `sd2.bench.measure`: wall time around `model.generate`, first token seen by a streamer.
@@ -22,6 +23,7 @@ from sd2.bench.plan import SELF, Cell
 from sd2.bench.prompts import BenchPrompt
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
+from sd2.invariant import stock_kernels
 
 
 class TimingStreamer(BaseStreamer):
@@ -125,9 +127,10 @@ def hf_runner(engine: Engine, cell: Cell) -> Runner:
 
     def run(prompt: BenchPrompt, decode: DecodeConfig) -> GenerationStats:
         prompt_ids = engine.encode(prompt.request("verifier", decode))
-        if assistant is None:
-            return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id)
-        with constant_drafting(assistant, decode.k):
-            return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id, assistant)
+        with stock_kernels(engine.verifier):  # the peers as users run them: transformers' own kernels
+            if assistant is None:
+                return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id)
+            with constant_drafting(assistant, decode.k):
+                return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id, assistant)
 
     return run

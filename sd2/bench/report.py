@@ -53,7 +53,8 @@ class RunInfo:
     verifier: str
     drafters: dict[str, str] = field(default_factory=dict)  # name → path
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "fp32"
+    batch_invariant: bool = True  # our loops on sd2.invariant's kernels (the HF peers on the stock ones)
 
 
 def machine_info() -> dict:
@@ -96,6 +97,7 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
             "drafters": dict(info.drafters),
             "device": info.device,
             "dtype": info.dtype,
+            "batch_invariant": info.batch_invariant,
         },
         "plan": plan_dict,
         "prompt_sets": [

@@ -144,7 +144,8 @@ def markdown_report(data: dict) -> str:
         f"threads), GPU: {machine['cuda'] or 'none'}; torch {machine['torch']}, transformers "
         f"{machine['transformers']}",
         f"- models: verifier {data['models']['verifier']} on {data['models']['device']}/"
-        f"{data['models']['dtype']}; drafters: {data['models']['drafters'] or 'none'}",
+        f"{data['models']['dtype']} ({_kernels(data['models'])}); "
+        f"drafters: {data['models']['drafters'] or 'none'}",
         f"- plan: {plan['max_new_tokens']} new tokens, {plan['repeats']} repetitions "
         f"(+{plan['warmup']} warm-up), k ∈ {plan['ks']}, T ∈ {plan['temperatures']}"
         f"{_samples_note(plan)}{', quick' if plan['quick'] else ''}",
@@ -179,3 +180,10 @@ def markdown_report(data: dict) -> str:
     parts.append("\n## Isolated forward times\n")
     parts.append(forward_table(data["forward_times"]))
     return "\n".join(parts)
+
+
+def _kernels(models: dict) -> str:
+    """Which kernels our loops ran on (results before the key existed ran the stock ones)."""
+    if models.get("batch_invariant", False):
+        return "our loops batch-invariant, hf-* on transformers' kernels"
+    return "stock kernels everywhere"

@@ -10,6 +10,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from sd2.placement_args import add_placement_arguments
+
 log = logging.getLogger(__name__)
 
 SOURCES = ("sharegpt", "pydocs")
@@ -42,7 +44,7 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
     )
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    add_placement_arguments(p)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens)
@@ -104,7 +106,7 @@ def synth_main(args: argparse.Namespace) -> int:
     config = SynthConfig(
         args.max_new_tokens, args.temperature, args.batch_size, args.seed, args.max_prompt_tokens
     )
-    engine = Engine.load(args.verifier, device=args.device, shipped=False)
+    engine = Engine.load(args.verifier, device=args.device, shipped=False, dtype=args.dtype)
     prompts = synth_prompts(
         _training_pool(args.source, args.split), engine.tokenizer, config.max_prompt_tokens
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sd2.placement_args import add_placement_arguments
 from sd2.train.config import PRECISIONS
 
 
@@ -147,6 +148,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="autocast dtype of the forwards (fp32 master weights and losses either way); auto = bf16 on a "
         "CUDA GPU, fp32 on CPU; bf16 is ≈ 2× faster on CPUs with AVX-512 BF16 or AMX",
     )
+    add_placement_arguments(parser, device=False)  # --dtype: the frozen verifier's weights
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -114,7 +114,7 @@ def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
     if config.threads:
         torch.set_num_threads(config.threads)
     verifier_path = resolve_model_path(args.verifier)
-    verifier = load_causal_lm(verifier_path, default_placement())
+    verifier = load_causal_lm(verifier_path, default_placement(dtype=getattr(args, "dtype", None)))
     tokenizer = load_tokenizer(verifier_path)
     data = training_data(
         [s.strip() for s in args.data.split(",") if s.strip()],

@@ -29,6 +29,7 @@ async def health(services: ServicesDep):
         "verifier": engine.verifier_name,
         "methods": engine.methods(),
         "device": engine.placement.label,
+        "batch_invariant": engine.batch_invariant,
         "database": database,
     }
     return JSONResponse(body, status_code=200 if database else 503)

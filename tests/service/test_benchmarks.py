@@ -111,14 +111,29 @@ def test_a_version_1_database_migrates_and_keeps_its_runs(tmp_path):
             )
         )
     old.dispose()
-    assert Database(url).migrate() == 2
+    assert Database(url).migrate() == 3
     with sqlite3.connect(tmp_path / "old.db") as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "benchmarks" in tables
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT precision FROM runs").fetchall() == [(None,)]  # v3's column, unknown
 
 
-def test_a_fresh_database_is_created_at_version_2(client, settings):
+def test_a_version_2_database_gains_the_run_precision_column(tmp_path):
+    url = f"sqlite:///{tmp_path / 'v2.db'}"
+    old = Database(url)
+    with old.engine.begin() as conn:  # schema version 2: the runs table without `precision`
+        conn.execute(text("CREATE TABLE runs (id INTEGER PRIMARY KEY, method VARCHAR(64))"))
+        conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
+        conn.execute(text("INSERT INTO schema_version (version) VALUES (2)"))
+        conn.execute(text("INSERT INTO runs (method) VALUES ('verifier')"))
+    old.dispose()
+    assert Database(url).migrate() == 3
+    with sqlite3.connect(tmp_path / "v2.db") as conn:
+        assert conn.execute("SELECT method, precision FROM runs").fetchall() == [("verifier", None)]
+
+
+def test_a_fresh_database_is_created_at_version_3(client, settings):
     with sqlite3.connect(db_path(settings)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]

@@ -27,6 +27,7 @@ def test_generate_returns_design_json_and_stores_exactly_it(client, settings):
     assert stored["blocks"] == data["blocks"]  # every token, status, probability and timing
     assert stored["metrics"] == data["metrics"] and stored["token_ids"] == data["token_ids"]
     assert stored["text"] == data["text"] and stored["prompt"] == PROMPT
+    assert stored["precision"] == data["precision"] == client.get("/health").json()["device"]  # "cpu/bf16"
 
     # The raw file agrees, independently of the service's read path.
     n_events = sum(len(b["drafts"]) + (b["extra"] is not None) for b in data["blocks"])

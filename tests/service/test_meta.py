@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from sd2 import __version__
+from sd2.devices import cpu_has_native_bf16
 
 
 def test_health_version_drafters(client):
@@ -15,10 +16,11 @@ def test_health_version_drafters(client):
         "models_loaded": True,
         "verifier": health["verifier"],
         "methods": ["verifier", "self", "tiny"],
-        "device": "cpu/float32",
+        "device": f"cpu/{'bf16' if cpu_has_native_bf16() else 'fp32'}",  # --dtype auto
+        "batch_invariant": True,
         "database": True,
     }
-    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 2, "api": "1"}
+    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 3, "api": "1"}
     (drafter,) = client.get("/drafters").json()
     assert drafter == {
         "name": "tiny",

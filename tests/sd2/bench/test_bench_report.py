@@ -98,7 +98,7 @@ def test_json_schema_is_stable(synthetic_result):
     assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 3)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
-    assert set(data["models"]) == {"verifier", "drafters", "device", "dtype"}
+    assert set(data["models"]) == {"verifier", "drafters", "device", "dtype", "batch_invariant"}
     assert {"platform", "cpu_count", "torch", "transformers"} <= set(data["machine"])
     assert all(set(s) == PROMPT_SET_KEYS for s in data["prompt_sets"])
     assert all(set(g) == GENERATION_KEYS for g in data["generations"])
