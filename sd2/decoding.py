@@ -21,6 +21,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
+from sd2.draft_vocab import ReducedHead
 from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
 from sd2.steering import SteeringHead, captured_states, stack_features, steered
 from sd2.trace import Block, BlockTimings, TokenEvent, TokenStatus
@@ -48,6 +49,13 @@ def cached_forward(
     input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
     return out.logits[0]
+
+
+def hidden_forward(model: nn.Module, ids: Sequence[int], cache: DynamicCache) -> torch.Tensor:
+    """Cached forward of the decoder alone (no LM head). Returns the last position's state [D]."""
+    device = model.get_input_embeddings().weight.device
+    input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
+    return model.get_decoder()(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state[0, -1]
 
 
 class _Picker:
@@ -109,8 +117,12 @@ class SpeculativeDecoder:
         head: SteeringHead | None,
         config: DecodeConfig,
         stop_ids: frozenset[int],
+        draft_head: ReducedHead | None = None,
     ):
+        """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
+        None drafts over the full vocabulary."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
+        self.draft_head = draft_head
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
         self.picker = _Picker(config, make_generator(config.seed, device))
@@ -199,8 +211,14 @@ class SpeculativeDecoder:
         inputs = self.tokens[self.drafter_cache.get_seq_length() :]  # pending: 1 or 2 tokens
         with steered(self.drafter, self.biases) if self.biases else nullcontext():
             for _ in range(k):
-                logits = cached_forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]  # [V]
+                logits = self._drafter_logits(inputs)  # [V], or [N] with a reduced draft vocabulary
                 token, probs = self.picker.pick(logits)
+                if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
+                    token = int(self.draft_head.token_ids[token])
+                    logits, probs = (
+                        self.draft_head.expand(logits, float("-inf")),
+                        self.draft_head.expand(probs, 0.0),
+                    )
                 tokens.append(token)
                 logit_rows.append(logits)
                 prob_rows.append(probs)
@@ -210,6 +228,12 @@ class SpeculativeDecoder:
             empty = torch.empty(0, vocab)
             return torch.empty(0, dtype=torch.long), empty, empty
         return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
+
+    def _drafter_logits(self, inputs: Sequence[int]) -> torch.Tensor:
+        """Logits of the drafter's next-token distribution: [V], or [N] over the reduced vocabulary."""
+        if self.draft_head is None:
+            return cached_forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]
+        return self.draft_head(hidden_forward(self.drafter, inputs, self.drafter_cache))
 
     def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""

@@ -106,6 +106,7 @@ class Engine:
         shipped: bool = True,
         dtype: str | None = None,
         batch_invariant: bool = True,
+        draft_vocab: bool = True,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
@@ -114,6 +115,7 @@ class Engine:
         `dtype` is auto, bf16 or fp32 (None: $SD2_DTYPE, else auto). `batch_invariant` (the default)
         runs the verifier on kernels whose row results do not depend on the forward's length, which
         exactness needs (sd2.invariant); False keeps transformers' kernels (faster, not exact).
+        `draft_vocab` (the default) drafts over each drafter's reduced vocabulary when it ships one.
         """
         placement = default_placement(device, dtype)
         path = resolve_model_path(verifier)
@@ -122,7 +124,7 @@ class Engine:
             make_batch_invariant(model)
         wanted = {**(shipped_drafters() if shipped and verifier is None else {}), **(drafters or {})}
         loaded = {
-            name: load_drafter(name, drafter_path, placement, model, tokenizer)
+            name: load_drafter(name, drafter_path, placement, model, tokenizer, draft_vocab=draft_vocab)
             for name, drafter_path in wanted.items()
         }
         return cls(model, tokenizer, loaded, placement, verifier_name=verifier or "SmolLM2-135M-Instruct")
@@ -174,15 +176,16 @@ class Engine:
         if method == VERIFIER_METHOD:
             return lambda ids: verifier_decode(self.verifier, ids, config, self.stop_ids)
         if method == SELF_METHOD:
-            drafter_model, head = self.verifier, None
+            drafter_model, head, draft_head = self.verifier, None, None
         elif method in self.drafters:
             drafter = self.drafters[method]
             drafter_model, head = drafter.model, drafter.head if request.steering else None
+            draft_head = drafter.draft_head
         else:
             raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
-        return lambda ids: SpeculativeDecoder(self.verifier, drafter_model, head, config, self.stop_ids).run(
-            ids
-        )
+        return lambda ids: SpeculativeDecoder(
+            self.verifier, drafter_model, head, config, self.stop_ids, draft_head=draft_head
+        ).run(ids)
 
     def _fill_text(self, block: Block) -> None:
         for token in [*block.drafts, *([block.extra] if block.extra else [])]:

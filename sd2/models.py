@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from sd2.architecture import decoder_layers, mlp
 from sd2.devices import Placement
+from sd2.draft_vocab import DraftVocab, ReducedHead, reduced_head_for
 from sd2.embedded import EMBEDDED_VERIFIER, embedded_verifier_path
 from sd2.steering import SteeringHead, has_steering_head
 
@@ -113,6 +114,7 @@ class Drafter:
     head: SteeringHead | None
     path: str
     card: dict = field(default_factory=dict)
+    draft_head: ReducedHead | None = None  # the LM head over a reduced draft vocabulary, when it has one
 
     @property
     def n_params(self) -> int:
@@ -125,10 +127,13 @@ def load_drafter(
     placement: Placement,
     verifier: nn.Module,
     verifier_tokenizer: PreTrainedTokenizerBase,
+    draft_vocab: bool = True,
 ) -> Drafter:
     """Load a drafter folder (HF model + optional steering head + card) and check it fits the verifier.
-    A steering-only folder takes its model weights from the folder its card names."""
-    model = load_causal_lm(drafter_weights_folder(path), placement)
+    A steering-only folder takes its model weights from the folder its card names. With `draft_vocab`,
+    a `draft_vocab.json` in the folder (or in the one its weights come from) restricts its LM head."""
+    weights = drafter_weights_folder(path)
+    model = load_causal_lm(weights, placement)
     drafter_tokenizer = _optional_tokenizer(path)
     check_same_vocabulary(verifier, verifier_tokenizer, model, drafter_tokenizer, drafter_name=name)
     head = (
@@ -140,7 +145,8 @@ def load_drafter(
         _check_head_fits(head, verifier, model, name)
     card_path = Path(path) / CARD_FILE
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-    return Drafter(name, model, head, str(path), card)
+    vocab = (DraftVocab.load(path) or DraftVocab.load(weights)) if draft_vocab else None
+    return Drafter(name, model, head, str(path), card, draft_head=reduced_head_for(model, vocab))
 
 
 def _optional_tokenizer(path: str) -> PreTrainedTokenizerBase | None:

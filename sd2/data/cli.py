@@ -18,12 +18,58 @@ SOURCES = ("sharegpt", "pydocs")
 
 
 def add_data_parser(sub: argparse._SubParsersAction) -> None:
-    """Register `data synth`, `data prompt-sets` and `data shards` under the `sd2` parser."""
-    data = sub.add_parser("data", help="prompt sets, synthetic data, tokenised shards")
+    """Register `data synth`, `prompt-sets`, `shards` and `draft-vocab` under the `sd2` parser."""
+    data = sub.add_parser("data", help="prompt sets, synthetic data, tokenised shards, draft vocabularies")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     _add_synth(data_sub)
     _add_prompt_sets(data_sub)
     _add_shards(data_sub)
+    _add_draft_vocab(data_sub)
+
+
+def _add_draft_vocab(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "draft-vocab",
+        help="the N tokens the verifier emits most, stored as draft_vocab.json in drafter folders",
+    )
+    p.add_argument("synth_files", type=Path, nargs="+", help="`sd2 data synth` outputs (training prompts)")
+    p.add_argument("--size", type=int, required=True, help="N, the number of tokens kept")
+    p.add_argument(
+        "--into", type=Path, nargs="+", required=True, metavar="DRAFTER", help="drafter folders to write to"
+    )
+    p.add_argument(
+        "--fallback-conversations",
+        type=int,
+        default=2000,
+        help="training ShareGPT conversations whose recorded replies rank tokens the answers never show",
+    )
+    p.add_argument("--verifier", default=None, help="whose tokenizer and stop ids (default: embedded)")
+    p.set_defaults(func=draft_vocab_main)
+
+
+def draft_vocab_main(args: argparse.Namespace) -> int:
+    """`sd2 data draft-vocab`: rank, keep --size, write into every --into folder."""
+    from sd2.data.draft_vocab_build import ranked_vocab, recorded_replies, synth_answers
+    from sd2.models import load_tokenizer, resolve_model_path
+
+    missing = [str(d) for d in args.into if not (d / "config.json").is_file()]
+    if missing:
+        raise ValueError(f"--into must name drafter folders (with config.json): {', '.join(missing)}")
+    tokenizer = load_tokenizer(resolve_model_path(args.verifier))
+    answers = list(synth_answers(args.synth_files))
+    files = ", ".join(p.name for p in args.synth_files)
+    source = (
+        f"verifier answers to {len(answers)} training prompts ({files}), "
+        f"then recorded replies of {args.fallback_conversations} training conversations"
+    )
+    stops = [t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None]
+    vocab = ranked_vocab(
+        answers, recorded_replies(tokenizer, args.fallback_conversations), args.size, stops, source
+    )
+    for folder in args.into:
+        print(vocab.save(folder))
+    print(f"{vocab.size} tokens, {vocab.coverage:.4f} of the answers' tokens")
+    return 0
 
 
 def _add_synth(sub: argparse._SubParsersAction) -> None:

@@ -2,6 +2,7 @@
 
 import copy
 import itertools
+from collections import Counter
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch
 from sd2 import decoding
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
+from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.metrics import summarize
 from sd2.sampling import Verdict
 from sd2.steering import new_head_for
@@ -203,3 +205,71 @@ def test_negative_control_always_accept_is_detected(small_pair, monkeypatch):
     n, exact = 2_000, _exact_law(verifier)
     law = _empirical_law(verifier, drafter, None, n)
     assert _tv(law, exact) > _bound(exact, n)
+
+
+# --- a reduced draft vocabulary: q = 0 outside it, the law unchanged ------------------------------
+
+KEPT = (5, 1, 6)  # the small drafter may propose only these; the verifier can emit all SMALL_V
+
+
+def _small_reduced_head(drafter):
+    return reduced_head_for(drafter, DraftVocab(KEPT))
+
+
+def _empirical_law_reduced(verifier, drafter, head, draft_head, n: int) -> torch.Tensor:
+    counts = torch.zeros(SMALL_V, SMALL_V)
+    for seed in range(n):
+        config = DecodeConfig(k=2, temperature=1.0, max_new_tokens=3, seed=seed)
+        decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_head=draft_head)
+        ids = _ids(decoder.run(SMALL_PROMPT))
+        counts[ids[1], ids[2]] += 1
+    return counts / n
+
+
+def test_a_reduced_draft_vocabulary_keeps_the_verifier_law(small_pair):
+    verifier, drafter, head = small_pair
+    exact, n = _exact_law(verifier), 10_000
+    assert exact[:, [t for t in range(SMALL_V) if t not in KEPT]].sum() > 0.2  # pruned tokens matter
+    law = _empirical_law_reduced(verifier, drafter, head, _small_reduced_head(drafter), n)
+    assert _tv(law, exact) < _bound(exact, n)
+
+
+def test_a_reduced_vocabulary_drafts_only_kept_tokens_with_q_zero_elsewhere(small_pair):
+    verifier, drafter, head = small_pair
+    config = DecodeConfig(k=3, temperature=1.0, max_new_tokens=60, seed=4)
+    decoder = SpeculativeDecoder(
+        verifier, drafter, head, config, NO_STOP, draft_head=_small_reduced_head(drafter)
+    )
+    blocks = list(decoder.run(SMALL_PROMPT))
+    drafts = [t for b in blocks for t in b.drafts]
+    assert drafts and {t.token_id for t in drafts} <= set(KEPT)
+    emitted = {t.token_id for b in blocks for t in b.emitted}
+    assert emitted - set(KEPT)  # the residual and the bonus still reach pruned tokens
+
+
+def test_negative_control_a_verifier_cut_to_the_draft_vocabulary_is_detected(small_pair, monkeypatch):
+    """Restricting the verifier's distribution to the kept tokens (a tempting shortcut) changes the law."""
+    verifier, drafter, head = small_pair
+    real = decoding.rejection_sample
+
+    def truncated(draft_tokens, draft_probs, target_probs, generator):
+        kept = torch.zeros(target_probs.shape[-1], dtype=torch.bool)
+        kept[list(KEPT)] = True
+        cut = target_probs * kept
+        return real(draft_tokens, draft_probs, cut / cut.sum(-1, keepdim=True), generator)
+
+    monkeypatch.setattr(decoding, "rejection_sample", truncated)
+    exact, n = _exact_law(verifier), 2_000
+    law = _empirical_law_reduced(verifier, drafter, head, _small_reduced_head(drafter), n)
+    assert _tv(law, exact) > _bound(exact, n)
+
+
+def test_greedy_output_is_identical_with_a_reduced_draft_vocabulary(verifier, drafters):
+    expected = _ids(verifier_decode(verifier, PROMPT, DecodeConfig(max_new_tokens=40), NO_STOP))
+    for kind in ("same", "steered"):
+        drafter, head = drafters[kind]
+        common = Counter(expected).most_common(6)  # a vocabulary that covers some of the output
+        draft_head = reduced_head_for(drafter, DraftVocab(tuple(t for t, _ in common)))
+        config = DecodeConfig(k=4, max_new_tokens=40)
+        decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_head=draft_head)
+        assert _ids(decoder.run(PROMPT)) == expected
