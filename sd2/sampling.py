@@ -46,6 +46,9 @@ def _nucleus_mask(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [..., V]
     cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)  # [..., V]
     drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before token ≥ p
+    # The most likely token always stays: a top_p below float32's range (1e-300) rounds to 0 in the
+    # comparison above, which would otherwise drop every token and leave softmax nothing but NaN.
+    drop_sorted[..., 0] = False
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 

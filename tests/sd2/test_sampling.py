@@ -114,6 +114,13 @@ def test_warp_greedy_is_one_hot_and_filters_shape_the_support():
     assert torch.allclose(warp_probs(logits, Warp(2.0)).sum(-1), torch.ones(1))
 
 
+@pytest.mark.parametrize("top_p", [1e-300, 1e-50, 1e-45])  # below or at the edge of float32's range
+def test_a_vanishing_top_p_keeps_the_top_token_instead_of_nan(top_p):
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.5, 0.5, -1.0, 4.0]])
+    probs = warp_probs(logits, Warp(1.0, top_p=top_p))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]))
+
+
 @pytest.mark.parametrize("top_p", [0.3, 0.9])
 def test_speculative_sampling_with_nucleus_is_lossless_for_the_warped_target(top_p):
     """top-p warps p and q identically; the emitted law is the warped target."""
