@@ -55,11 +55,11 @@ class Handlers:
 
     # --- Generate ---------------------------------------------------------------------------------
     def generate(
-        self, prompt, method, k, temperature, top_p, max_new, seed, steering, keep_chat, chat
+        self, prompt, method, k, threshold, temperature, top_p, max_new, seed, steering, keep_chat, chat
     ) -> Iterator:
         history = list(chat or []) if keep_chat else []
         body = {
-            **views.decode_body(prompt, k, temperature, top_p, max_new, seed, steering, history),
+            **views.decode_body(prompt, k, threshold, temperature, top_p, max_new, seed, steering, history),
             "method": method,
         }
         yield (
@@ -102,9 +102,9 @@ class Handlers:
             return []
 
     # --- Compare ----------------------------------------------------------------------------------
-    def compare(self, prompt, methods, k, temperature, top_p, max_new, seed, steering) -> tuple:
+    def compare(self, prompt, methods, k, threshold, temperature, top_p, max_new, seed, steering) -> tuple:
         body = {
-            **views.decode_body(prompt, k, temperature, top_p, max_new, seed, steering),
+            **views.decode_body(prompt, k, threshold, temperature, top_p, max_new, seed, steering),
             "methods": methods,
         }
         try:

@@ -14,7 +14,7 @@ from app.client import ApiClient
 from app.handlers import Handlers
 from app.theme import LARGE_FONT_JS
 from app.trace_html import columns_html, trace_html
-from app.views import BENCH_COLUMNS, DEMO_PROMPT, RUN_COLUMNS
+from app.views import AUTO_K, BENCH_COLUMNS, DEMO_PROMPT, RUN_COLUMNS, UI_MAX_K
 
 MAX_K = 64  # the API's bound (sd2.config.MAX_K); the slider stops lower, the API names the field past it
 
@@ -70,10 +70,24 @@ def _decode_controls(with_method: bool) -> dict:
             info="SD² drafter selected by default; verifier = no drafter",
         )
     with gr.Row():
-        c["k"] = gr.Slider(1, 16, value=8, step=1, label="k (drafts per block)")
-        c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="Temperature", info="0 = greedy")
+        c["k"] = gr.Dropdown(
+            [AUTO_K, *(str(k) for k in range(1, UI_MAX_K + 1))],
+            value=AUTO_K,
+            label="k (drafts per block)",
+            info="auto: each block's k from this machine's measured costs and the acceptance so far",
+        )
+        c["threshold"] = gr.Slider(
+            0,
+            1,
+            value=0,
+            step=0.05,
+            label="Draft threshold",
+            info="stop drafting once the drafter's probability of its draft is ≤ this (0 = off)",
+        )
     with gr.Row():
+        c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="Temperature", info="0 = greedy")
         c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", info="1 = off")
+    with gr.Row():
         c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
     with gr.Row():
         c["seed"] = gr.Number(0, label="Seed", precision=0, minimum=0)
@@ -104,6 +118,7 @@ def _generate_tab(h: Handlers) -> gr.Dropdown:
         c["prompt"],
         c["method"],
         c["k"],
+        c["threshold"],
         c["temperature"],
         c["top_p"],
         c["max_new"],
@@ -138,6 +153,7 @@ def _compare_tab(h: Handlers) -> gr.CheckboxGroup:
         c["prompt"],
         methods,
         c["k"],
+        c["threshold"],
         c["temperature"],
         c["top_p"],
         c["max_new"],

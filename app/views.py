@@ -9,6 +9,9 @@ from typing import Any
 
 from app.client import ApiClient
 
+AUTO_K = "auto"  # the API's k = auto: the server picks each block's k (POST /generate's schema)
+UI_MAX_K = 16  # the longest fixed draft the k menu offers (the API allows up to 64)
+
 DEMO_PROMPT = "Explain in three sentences why the sky is blue."
 RECIPE_LABELS = {"sd2": "SD² (steered)", "distill": "distilled", "pretrain": "pretrained"}
 BENCH_COLUMNS = ["id", "measured", "label", "methods", "prompt sets", "cells", "machine", "command"]
@@ -17,7 +20,8 @@ RUN_COLUMNS = ["id", "created", "method", "status", "tokens", "τ", "acceptance"
 
 def decode_body(
     prompt: str,
-    k: float,
+    k: float | str,
+    draft_threshold: float,
     temperature: float,
     top_p: float,
     max_new_tokens: float,
@@ -25,9 +29,11 @@ def decode_body(
     steering: bool,
     history: Sequence[dict] | None = None,
 ) -> dict:
-    """The shared /generate and /compare body; with a chat history, `messages` replaces `prompt`."""
+    """The shared /generate and /compare body; with a chat history, `messages` replaces `prompt`.
+    k: "auto" or a number of drafts per block."""
     body: dict[str, Any] = {
-        "k": int(k),
+        "k": k if k == AUTO_K else int(k),
+        "draft_threshold": float(draft_threshold),
         "temperature": float(temperature),
         "top_p": float(top_p),
         "max_new_tokens": int(max_new_tokens),

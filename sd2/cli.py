@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sd2.config import parse_k
 from sd2.placement_args import DTYPE_ENV, add_placement_arguments
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -38,7 +39,19 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
     )
     p.add_argument("--no-steering", action="store_true", help="run a steered drafter without its head")
-    p.add_argument("--k", type=int, default=8, help="drafts per block")
+    p.add_argument(
+        "--k",
+        type=parse_k,
+        default=None,
+        help="drafts per block, or auto (the default): each block's k from the pair's measured costs "
+        "and the run's acceptance so far",
+    )
+    p.add_argument(
+        "--draft-threshold",
+        type=float,
+        default=None,
+        help="stop a block's draft once the drafter's probability of its latest draft is ≤ this (0 = never)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -64,7 +77,15 @@ def _generate(args: argparse.Namespace) -> int:
     from sd2.console import format_metrics, render_blocks
     from sd2.engine import Engine, GenerateRequest
 
-    decode = DecodeConfig(args.k, args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
+    chosen = {"k": args.k, "draft_threshold": args.draft_threshold}  # None: DecodeConfig's default
+    decode = DecodeConfig(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        **{name: value for name, value in chosen.items() if value is not None},
+    )
     drafters = parse_drafters(args.drafter)
     engine = Engine.load(
         args.verifier,

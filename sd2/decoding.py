@@ -21,10 +21,11 @@ from torch import nn
 from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
+from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
 from sd2.draft_vocab import ReducedHead
 from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
 from sd2.steering import SteeringHead, captured_states, stack_features, steered
-from sd2.trace import Block, BlockTimings, TokenEvent, TokenStatus
+from sd2.trace import Block, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -118,11 +119,16 @@ class SpeculativeDecoder:
         config: DecodeConfig,
         stop_ids: frozenset[int],
         draft_head: ReducedHead | None = None,
+        costs: CostProfile | None = None,
     ):
         """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
-        None drafts over the full vocabulary."""
+        None drafts over the full vocabulary. `costs`: the pair's cost profile for k = auto
+        (sd2.draft_length); None measures it here when k = auto (seconds; the Engine keeps one per pair)."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.draft_head = draft_head
+        if config.auto_k and costs is None:
+            costs = measure_costs(verifier, drafter, draft_head, max_k=config.max_k)
+        self.costs, self.acceptance = costs, AcceptanceEstimate()
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
         self.picker = _Picker(config, make_generator(config.seed, device))
@@ -139,12 +145,22 @@ class SpeculativeDecoder:
         emitted, done = 1, first.extra.token_id in self.stop_ids
         index = 1
         while not done and emitted < self.config.max_new_tokens:
-            remaining = self.config.max_new_tokens - emitted
-            block = self._block(index, k=min(self.config.k, remaining - 1))
+            k, stop = self._block_k(room=self.config.max_new_tokens - emitted - 1)
+            block = self._block(index, k, stop)
+            self.acceptance.update(block.n_accepted, block.k)
             yield block
             emitted += len(block.emitted)
             done = any(t.token_id in self.stop_ids for t in block.emitted)
             index += 1
+
+    def _block_k(self, room: int) -> tuple[int, DraftStop]:
+        """The most drafts the next block may hold, and the reason drafting stops there: k (fixed, or
+        the best for α̂ so far under k = auto), unless only `room` tokens fit before max_new_tokens."""
+        if self.config.auto_k:
+            k = self.costs.best_k(self.acceptance.value, self.config.max_k)
+        else:
+            k = self.config.k
+        return (k, DraftStop.K) if k <= room else (room, DraftStop.LENGTH)
 
     def _prefill(self, prompt_ids: Sequence[int]) -> Block:
         """Verifier prefill samples the first token x_m and gives the first steering anchor.
@@ -176,12 +192,14 @@ class SpeculativeDecoder:
             return nullcontext({})
         return captured_states(self.verifier, self.head.config.verifier_layers)
 
-    def _block(self, index: int, k: int) -> Block:
+    def _block(self, index: int, k: int, stop: DraftStop) -> Block:
         start = time.perf_counter()
         steering_norm = self.steering_norm
         layer_norms = [float(b[-1].norm()) for b in self.biases.values()]
-        # 1. draft
+        # 1. draft (up to k tokens: the confidence threshold may stop it earlier)
         draft_tokens, draft_logits, draft_probs = self._draft(k)  # [K], [K, V], [K, V]
+        if draft_tokens.shape[0] < k:
+            stop = DraftStop.CONFIDENCE
         draft_ms = _ms(start)
         # 2. verify
         verify_start = time.perf_counter()
@@ -200,19 +218,22 @@ class SpeculativeDecoder:
         steer_ms = _ms(steer_start)
         timings = BlockTimings(draft_ms, verify_ms, steer_ms, _ms(start))
         block = self._record(
-            index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict
+            index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict, stop
         )
         block.steering_norm, block.layer_bias_norms, block.timings = steering_norm, layer_norms, timings
         return block
 
     def _draft(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Propose k tokens autoregressively. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
+        """Propose up to k tokens autoregressively, stopping after a draft whose drafter probability is
+        ≤ the confidence threshold. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
         tokens, logit_rows, prob_rows = [], [], []
         inputs = self.tokens[self.drafter_cache.get_seq_length() :]  # pending: 1 or 2 tokens
+        threshold = self.config.draft_threshold
         with steered(self.drafter, self.biases) if self.biases else nullcontext():
-            for _ in range(k):
+            for step in range(k):
                 logits = self._drafter_logits(inputs)  # [V], or [N] with a reduced draft vocabulary
                 token, probs = self.picker.pick(logits)
+                confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
                 if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
                     token = int(self.draft_head.token_ids[token])
                     logits, probs = (
@@ -223,6 +244,8 @@ class SpeculativeDecoder:
                 logit_rows.append(logits)
                 prob_rows.append(probs)
                 inputs = [token]
+                if not confident and step < k - 1:
+                    break
         vocab = self.verifier.config.vocab_size
         if not tokens:
             empty = torch.empty(0, vocab)
@@ -278,7 +301,7 @@ class SpeculativeDecoder:
         }
 
     def _record(
-        self, index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict
+        self, index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict, stop
     ) -> Block:
         """Turn one judged block into its trace record, cutting it at a stop token."""
         k, n = draft_tokens.shape[0], verdict.n_accepted
@@ -296,8 +319,17 @@ class SpeculativeDecoder:
         extra = TokenEvent(verdict.extra_token, extra_status, None, float(p_shown[n, verdict.extra_token]))
         judged = min(n + 1, k)
         overlaps = overlap(target_probs[:judged], draft_probs[:judged].to(target_probs.device)).tolist()
+        # A block shortened by the length limit is not a sample of the rule's τ; one the rule ended is.
         block = Block(
-            index, "speculative", drafts, extra, k, n, complete=k == self.config.k, overlaps=overlaps
+            index,
+            "speculative",
+            drafts,
+            extra,
+            k,
+            n,
+            complete=stop is not DraftStop.LENGTH,
+            overlaps=overlaps,
+            draft_stop=stop,
         )
         _cut_at_stop(block, self.stop_ids)
         return block

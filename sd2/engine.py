@@ -10,9 +10,11 @@ from functools import lru_cache
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from sd2.config import DecodeConfig
+from sd2.config import AUTO_MAX_K, DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.devices import Placement, default_placement
+from sd2.draft_length import CostProfile, VerifyCosts, measure_costs, measure_verify_costs
+from sd2.draft_vocab import ReducedHead
 from sd2.invariant import is_batch_invariant, make_batch_invariant
 from sd2.metrics import GenerationMetrics, summarize
 from sd2.models import (
@@ -96,6 +98,8 @@ class Engine:
         self.verifier_name = verifier_name
         self.stop_ids = stop_token_ids(verifier, tokenizer)
         self._token_text = lru_cache(maxsize=65536)(self._decode_one)
+        self._verify_costs: VerifyCosts | None = None
+        self._costs: dict[str, CostProfile] = {}
 
     @classmethod
     def load(
@@ -144,7 +148,7 @@ class Engine:
     def encode(self, request: GenerateRequest) -> list[int]:
         """Prompt ids, checked against the verifier's context window."""
         ids = encode_prompt(self.tokenizer, request.prompt, request.messages, request.chat)
-        needed = len(ids) + request.decode.max_new_tokens + request.decode.k + 1
+        needed = len(ids) + request.decode.max_new_tokens + request.decode.max_k + 1
         if needed > context_length(self.verifier):
             raise ValueError(
                 f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens "
@@ -170,21 +174,37 @@ class Engine:
         *_, result = self.stream(request)
         return result
 
+    def cost_profile(self, method: str) -> CostProfile:
+        """The measured cost profile k = auto uses for a speculative method (sd2.draft_length), timed on
+        first use — a few seconds on a CPU, once per engine for the verifier and once per drafter."""
+        if method not in self._costs:
+            drafter_model, draft_head = self._drafter_parts(method)
+            if self._verify_costs is None:
+                self._verify_costs = measure_verify_costs(self.verifier, AUTO_MAX_K)
+            self._costs[method] = measure_costs(
+                self.verifier, drafter_model, draft_head, AUTO_MAX_K, verify=self._verify_costs
+            )
+        return self._costs[method]
+
+    def _drafter_parts(self, method: str) -> tuple[nn.Module, ReducedHead | None]:
+        """(drafter model, its reduced draft head or None) of a speculative method."""
+        if method == SELF_METHOD:
+            return self.verifier, None
+        if method in self.drafters:
+            return self.drafters[method].model, self.drafters[method].draft_head
+        raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
+
     def _decoder(self, request: GenerateRequest):
         """The block source for the request's method; raises UnknownMethodError for an unknown name."""
         method, config = request.method, request.decode
         if method == VERIFIER_METHOD:
             return lambda ids: verifier_decode(self.verifier, ids, config, self.stop_ids)
-        if method == SELF_METHOD:
-            drafter_model, head, draft_head = self.verifier, None, None
-        elif method in self.drafters:
-            drafter = self.drafters[method]
-            drafter_model, head = drafter.model, drafter.head if request.steering else None
-            draft_head = drafter.draft_head
-        else:
-            raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
+        drafter_model, draft_head = self._drafter_parts(method)
+        drafter = self.drafters.get(method)
+        head = drafter.head if drafter is not None and request.steering else None
+        costs = self.cost_profile(method) if config.auto_k else None
         return lambda ids: SpeculativeDecoder(
-            self.verifier, drafter_model, head, config, self.stop_ids, draft_head=draft_head
+            self.verifier, drafter_model, head, config, self.stop_ids, draft_head=draft_head, costs=costs
         ).run(ids)
 
     def _fill_text(self, block: Block) -> None:
@@ -210,7 +230,7 @@ class Engine:
             prompt_tokens=len(prompt_ids),
             finish_reason="stop" if stopped else "length",
             config=request.decode,
-            metrics=summarize(blocks, request.decode.k, wall_ms=wall_ms),
+            metrics=summarize(blocks, request.decode.max_k, wall_ms=wall_ms),
             blocks=blocks,
             precision=self.precision,
         )

@@ -50,13 +50,17 @@ def per_position_acceptance(histogram: Sequence[int]) -> tuple[list[float], list
     return unconditional, conditional
 
 
-def speedup_ceiling(alpha: float, k: int, cost_ratio: float) -> float:
+def expected_block_tokens(alpha: float, k: float) -> float:
+    """E[τ] = (1 − α^{k+1}) / (1 − α): tokens a block of k drafts emits under i.i.d. acceptance α."""
+    return k + 1.0 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def speedup_ceiling(alpha: float, k: float, cost_ratio: float) -> float:
     """Leviathan et al.'s expected speed-up S(α, k, c) = (1 − α^{k+1}) / ((1 − α)(1 + c·k)).
 
     Idealised: a (k+1)-token verify step is assumed to cost one verifier step (true on a GPU).
     """
-    expected_tau = k + 1.0 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected_tau / (1 + cost_ratio * k)
+    return expected_block_tokens(alpha, k) / (1 + cost_ratio * k)
 
 
 def forward_ceiling(
@@ -87,14 +91,15 @@ class GenerationMetrics:
     drafter_step_ms: float | None  # mean time of one draft step (a cached drafter forward + sampling)
     verify_ms: float | None  # mean time of one verifier forward after the prefill
     cost_ratio: float | None  # c = drafter_step_ms / verify_ms, measured in this run
-    speedup_ceiling: float | None  # S(α̂, k, c), see `speedup_ceiling`
+    speedup_ceiling: float | None  # S(α̂, k̄, c), k̄ the mean drafts per complete block; see `speedup_ceiling`
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> GenerationMetrics:
-    """Compute all metrics of one generation from its trace.
+    """Compute all metrics of one generation from its trace. k: the most drafts a block could hold
+    (DecodeConfig.max_k), the histogram's length.
 
     wall_ms: measured wall time of the whole decode (prefill included). Without it the block
     timings are summed, which misses the time spent between blocks.
@@ -112,7 +117,8 @@ def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> 
     drafter_step_ms = sum(b.timings.draft_ms for b in decode) / draft_steps if draft_steps else None
     verify_ms = _mean([b.timings.verify_ms for b in decode])
     cost_ratio = drafter_step_ms / verify_ms if drafter_step_ms is not None and verify_ms else None
-    ceiling = speedup_ceiling(alpha_hat, k, cost_ratio) if alpha_hat is not None and cost_ratio else None
+    mean_k = drafted / len(judged) if judged else k  # = k unless blocks drafted fewer (k = auto, threshold)
+    ceiling = speedup_ceiling(alpha_hat, mean_k, cost_ratio) if alpha_hat is not None and cost_ratio else None
     return GenerationMetrics(
         n_tokens=n_tokens,
         n_blocks=len(decode),

@@ -17,6 +17,14 @@ class TokenStatus(StrEnum):
     BONUS = "bonus"  # emitted from p after all drafts were accepted (or by a plain verifier step)
 
 
+class DraftStop(StrEnum):
+    """Why a block's draft ended (sd2.draft_length)."""
+
+    K = "k"  # it drafted the block's k (fixed, or chosen by k = auto)
+    CONFIDENCE = "confidence"  # the drafter's probability of its latest draft fell to the threshold
+    LENGTH = "length"  # the run's max_new_tokens left no room for the block's k
+
+
 @dataclass
 class TokenEvent:
     """One token in a block. Probabilities are the warped distributions the acceptance rule used,
@@ -64,6 +72,7 @@ class Block:
     steering_norm: float | None = None  # ‖g‖ of the vector that steered this block's drafts
     layer_bias_norms: list[float] = field(default_factory=list)  # ‖bias_l‖ per steered layer
     timings: BlockTimings = field(default_factory=BlockTimings)
+    draft_stop: DraftStop | None = None  # why drafting ended; None for prefill and verifier steps
 
     @property
     def emitted(self) -> list[TokenEvent]:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.orm import Base, BenchmarkRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _WRITE = "sd2_write"  # execution option that marks a write session's connection
 BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
 
@@ -53,9 +53,20 @@ def _add_run_precision_v3(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE runs ADD COLUMN precision VARCHAR(48)"))
 
 
+def _add_block_draft_stop_v4(conn: Connection) -> None:
+    """Version 4: each block records why its draft ended ("k", "confidence" or "length"; NULL before)."""
+    if "draft_stop" not in {column["name"] for column in inspect(conn).get_columns("blocks")}:
+        conn.execute(text("ALTER TABLE blocks ADD COLUMN draft_stop VARCHAR(16)"))
+
+
 # Ordered migrations: MIGRATIONS[i] brings a database from version i to i + 1. A later schema change
 # appends a function with explicit DDL here (never edits an earlier one) and bumps SCHEMA_VERSION.
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_benchmarks_v2, _add_run_precision_v3]
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _create_v1,
+    _add_benchmarks_v2,
+    _add_run_precision_v3,
+    _add_block_draft_stop_v4,
+]
 
 
 class Database:

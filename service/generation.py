@@ -51,7 +51,13 @@ def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Setting
         raise FieldError("method", f"unknown method {method!r}; available: {', '.join(engine.methods())}")
     try:
         decode = DecodeConfig(
-            body.k, body.temperature, body.top_k, body.top_p, body.max_new_tokens, body.seed
+            k=body.k,
+            temperature=body.temperature,
+            top_k=body.top_k,
+            top_p=body.top_p,
+            max_new_tokens=body.max_new_tokens,
+            seed=body.seed,
+            draft_threshold=body.draft_threshold,
         )
         if messages is not None:
             validate_messages(messages)

@@ -84,6 +84,7 @@ class BlockRow(Base):
     verify_ms: Mapped[float] = mapped_column(Float)
     steer_ms: Mapped[float] = mapped_column(Float)
     total_ms: Mapped[float] = mapped_column(Float)
+    draft_stop: Mapped[str | None] = mapped_column(String(16))  # sd2.trace.DraftStop (schema v4; NULL before)
 
     run: Mapped[Run] = relationship(back_populates="blocks")
     events: Mapped[list[TokenEventRow]] = relationship(

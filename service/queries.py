@@ -108,6 +108,7 @@ def block_dict(block: BlockRow) -> dict:
             "steer_ms": block.steer_ms,
             "total_ms": block.total_ms,
         },
+        "draft_stop": block.draft_stop,
         "n_emitted": n_accepted_drafts + (extra is not None),
     }
 

@@ -132,6 +132,7 @@ def _insert_blocks(session: Session, run_id: int, blocks: Sequence[Block]) -> No
             "overlaps": list(b.overlaps),
             "steering_norm": b.steering_norm,
             "layer_bias_norms": list(b.layer_bias_norms),
+            "draft_stop": None if b.draft_stop is None else str(b.draft_stop),
             **asdict(b.timings),
         }
         for b in blocks

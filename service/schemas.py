@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
-from sd2.config import MAX_K, MIN_TEMPERATURE
+from sd2.config import AUTO_K, MAX_K, MIN_TEMPERATURE
 from service.settings import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
@@ -33,7 +33,18 @@ class DecodeSettings(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    k: int = Field(8, ge=1, le=MAX_K, description="drafts per block")
+    k: Annotated[int, Field(ge=1, le=MAX_K)] | Literal["auto"] = Field(
+        AUTO_K,
+        description="drafts per block, or \"auto\": each block's k from the pair's measured costs and "
+        "the run's acceptance so far",
+    )
+    draft_threshold: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="stop a block's draft once the drafter's probability of its latest draft is ≤ this "
+        "(0 = never, 1 = after one draft)",
+    )
     temperature: float = Field(
         0.0,
         ge=0,
@@ -53,6 +64,15 @@ class DecodeSettings(BaseModel):
     prompt: str | None = Field(None, min_length=1, max_length=PROMPT_CAP, examples=["Why is the sky blue?"])
     messages: list[Message] | None = Field(None, min_length=1, max_length=256)
     prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
+
+    @field_validator("k", mode="wrap")
+    @classmethod
+    def _one_k_error(cls, value, handler):
+        """One error for a bad k, not one per member of its union (int | "auto")."""
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(f"must be {AUTO_K!r} or an integer in 1..{MAX_K}, got {value!r}") from None
 
     @model_validator(mode="after")
     def _one_prompt(self) -> DecodeSettings:
@@ -120,6 +140,9 @@ class BlockOut(BaseModel):
     steering_norm: float | None
     layer_bias_norms: list[float]
     timings: TimingsOut
+    draft_stop: Literal["k", "confidence", "length"] | None = Field(
+        None, description="why drafting ended: the block's k, the confidence threshold, or the length limit"
+    )
     n_emitted: int
 
 
@@ -147,12 +170,13 @@ class MetricsOut(BaseModel):
 
 
 class ConfigOut(BaseModel):
-    k: int
+    k: int | Literal["auto"]
     temperature: float
     top_k: int
     top_p: float
     max_new_tokens: int
     seed: int | None
+    draft_threshold: float = 0.0  # runs stored before it existed drafted without a threshold
 
 
 class GenerationOut(BaseModel):
@@ -312,7 +336,7 @@ class BenchCellIn(BaseModel):
     method: str = Field(max_length=200)
     prompt_set: str = Field(max_length=200)
     temperature: float
-    k: int | None
+    k: int | Literal["auto"] | None
     tau: float | None
     alpha_hat: float | None
     acceptance_rate: float | None

@@ -65,7 +65,7 @@ class CellSummary:
     drafter: str | None
     prompt_set: str
     temperature: float
-    k: int | None
+    k: int | str | None  # drafts per block, "auto", or None for the baselines
     n_prompts: int
     n_generations: int
     n_samples: int  # independent samples per prompt (1 at T = 0)
@@ -88,6 +88,7 @@ class CellSummary:
     speedup_ceiling: float | None = None
     forward_ceiling: float | None = None
     efficiency: float | None = None
+    mean_k: float | None = None  # drafts per complete block (= k unless k = auto or a threshold cut it)
     forward_efficiency: float | None = None
     greedy_match: float | None = None
     time_profile: dict[str, float] | None = None
@@ -163,6 +164,7 @@ def summarize_cell(
         prefill_ms=statistics.median(s.prefill_ms for s in stats),
         cost_ratio=cost_ratio,
         time_profile=time_profile(stats) if cell.method.runner == "ours" else None,
+        mean_k=_ratio(drafted, judged) if cell.method.runner == "ours" and cell.k is not None else None,
     )
 
 
@@ -187,16 +189,20 @@ def with_baselines(
         "speedup_e2e_vs_hf_generate": speedup(hf, True),
         "greedy_match": match,
     }
+    # The ceilings need a number of drafts: k, or under k = auto the mean drafts per block, rounded
+    # for the isolated forward times (measured at whole token counts).
+    k = cell.k if isinstance(cell.k, int) or cell.k is None else cell.mean_k
+    k_forward = None if k is None else max(1, round(k))
     if forward is not None:
-        ms_per_token = forward.ms_per_token(cell.tau, cell.k, cell.drafter)
+        ms_per_token = forward.ms_per_token(cell.tau, k_forward, cell.drafter)
         if ms_per_token is not None:
             extra["forward_efficiency"] = ms_per_token * cell.tokens_per_s.median / 1e3
-    if cell.k is not None and cell.drafter is not None:
+    if k is not None and cell.drafter is not None:
         if cell.alpha_hat is not None and cell.cost_ratio is not None:
-            extra["speedup_ceiling"] = speedup_ceiling(cell.alpha_hat, cell.k, cell.cost_ratio)
+            extra["speedup_ceiling"] = speedup_ceiling(cell.alpha_hat, k, cell.cost_ratio)
         if forward is not None:
             extra["cost_ratio_fwd"] = forward.cost_ratio(cell.drafter)
-            extra["forward_ceiling"] = forward.ceiling(cell.tau, cell.k, cell.drafter)
+            extra["forward_ceiling"] = forward.ceiling(cell.tau, k_forward, cell.drafter)
         measured = extra["speedup_vs_verifier"] or extra["speedup_vs_hf_generate"]
         if measured is not None and extra.get("forward_ceiling"):
             extra["efficiency"] = measured / extra["forward_ceiling"]

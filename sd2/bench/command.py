@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sd2.config import parse_k
 from sd2.placement_args import add_placement_arguments
 
 if TYPE_CHECKING:
@@ -55,7 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="prompt files (stems) in --prompts-dir, or 'demo' (default: every file, else demo)",
     )
     p.add_argument("--prompts-dir", type=Path, default=None, help="default: the repository's assets/prompts")
-    p.add_argument("--k", nargs="+", type=int, default=None, help="draft lengths (default 8)")
+    p.add_argument(
+        "--k", nargs="+", type=parse_k, default=None, help="draft lengths, integers or auto (default: auto)"
+    )
     p.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 (greedy)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (quick: 32)")
     p.add_argument(

@@ -45,7 +45,7 @@ def build_figure(data: dict):
         )
     by_method: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
-        if c["k"] is not None and _speedup(c) is not None:
+        if isinstance(c["k"], int) and _speedup(c) is not None:  # the curve over k; auto is a bar
             by_method[c["method"]][c["k"]].append(_speedup(c))
     for method, per_k in by_method.items():
         ks = sorted(per_k)

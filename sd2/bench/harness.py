@@ -127,7 +127,7 @@ def forward_times(engine: Engine, plan: BenchPlan, prompt_set: PromptSet) -> For
         engine.encode(p.request("verifier", decode)) for p in prompt_set.prompts[: plan.forward_prompts]
     ]
     return measure_forward_times(
-        prompt_set.name, engine.verifier, models, prompts, plan.ks, plan.forward_repeats
+        prompt_set.name, engine.verifier, models, prompts, plan.forward_ks, plan.forward_repeats
     )
 
 

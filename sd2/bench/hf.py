@@ -56,22 +56,35 @@ def generation_config(decode: DecodeConfig, stop_ids: frozenset[int], pad_id: in
     )
 
 
-@contextmanager
-def constant_drafting(assistant: nn.Module, k: int) -> Iterator[nn.Module]:
-    """Make HF draft exactly k tokens per block: constant schedule, no confidence early exit.
+DRAFTING_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
-    HF reads these from the assistant's own generation_config; they are restored afterwards.
-    """
+
+@contextmanager
+def _drafting(assistant: nn.Module, values: dict) -> Iterator[nn.Module]:
+    """Set HF's drafting keys on the assistant's own generation_config (where HF reads them), restored
+    afterwards."""
     config = assistant.generation_config
-    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-    saved = {key: getattr(config, key, None) for key in keys}
-    config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
-    config.assistant_confidence_threshold = 0.0
+    saved = {key: getattr(config, key, None) for key in DRAFTING_KEYS}
+    for key, value in values.items():
+        setattr(config, key, value)
     try:
         yield assistant
     finally:
         for key, value in saved.items():
             setattr(config, key, value)
+
+
+def constant_drafting(assistant: nn.Module, k: int):
+    """Make HF draft exactly k tokens per block: constant schedule, no confidence early exit."""
+    values = dict(zip(DRAFTING_KEYS, (k, "constant", 0.0), strict=True))
+    return _drafting(assistant, values)
+
+
+def hf_default_drafting(assistant: nn.Module):
+    """k = auto for hf-assisted: transformers' own default draft schedule and confidence exit (from a
+    fresh GenerationConfig, so it follows the installed version)."""
+    defaults = GenerationConfig()
+    return _drafting(assistant, {key: getattr(defaults, key) for key in DRAFTING_KEYS})
 
 
 @torch.inference_mode()
@@ -130,7 +143,10 @@ def hf_runner(engine: Engine, cell: Cell) -> Runner:
         with stock_kernels(engine.verifier):  # the peers as users run them: transformers' own kernels
             if assistant is None:
                 return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id)
-            with constant_drafting(assistant, decode.k):
+            drafting = (
+                hf_default_drafting(assistant) if decode.auto_k else constant_drafting(assistant, decode.k)
+            )
+            with drafting:
                 return hf_generate(engine.verifier, prompt_ids, decode, engine.stop_ids, pad_id, assistant)
 
     return run

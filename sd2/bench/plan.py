@@ -1,8 +1,9 @@
 """The run plan: which methods, temperatures, draft lengths, lengths, samples and repetitions (frozen
 dataclasses).
 
-A *cell* is one (method, k) pair run at one temperature on one prompt set. Baselines (`verifier`,
-`hf-generate`) draft nothing, so their cells carry k = None and run once per temperature.
+A *cell* is one (method, k) pair run at one temperature on one prompt set; k is a number of drafts or
+"auto" (sd2.draft_length; hf-assisted then runs transformers' own default schedule). Baselines
+(`verifier`, `hf-generate`) draft nothing, so their cells carry k = None and run once per temperature.
 
 Seeds: sample j of prompt i is generated with seed + SAMPLE_SEED_STRIDE · j + i, the same for every
 method and repetition. A repetition redraws the same samples (it is for timing); a sample is a new
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+from sd2.config import AUTO_K, AUTO_MAX_K
 
 VERIFIER = "verifier"  # our verifier-only loop (Engine method "verifier"): the speed-up baseline
 HF_GENERATE = "hf-generate"  # transformers `generate` on the verifier alone: the plain user baseline
@@ -48,7 +51,7 @@ class Cell:
     """A method at one draft length (k = None for the baselines)."""
 
     method: MethodSpec
-    k: int | None
+    k: int | str | None
 
     @property
     def label(self) -> str:
@@ -60,7 +63,7 @@ class BenchPlan:
     """Everything that decides what runs. Defaults are a full run; `quick_plan` shrinks it."""
 
     methods: tuple[MethodSpec, ...]
-    ks: tuple[int, ...] = (8,)  # draft lengths; 8 is the paper's default
+    ks: tuple[int | str, ...] = (AUTO_K,)  # draft lengths, or "auto" (the default everywhere)
     temperatures: tuple[float, ...] = (0.0,)  # 0 = greedy, where outputs must match the verifier exactly
     max_new_tokens: int = 128  # the paper evaluates 128 new tokens
     repeats: int = 3  # timed repetitions per cell; medians and spreads are over these (Spec-Bench uses 3)
@@ -82,8 +85,8 @@ class BenchPlan:
             raise ValueError(f"repeats must be ≥ 1, got {self.repeats}")
         if self.samples < 1:
             raise ValueError(f"samples must be ≥ 1, got {self.samples}")
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"k must be a list of integers ≥ 1, got {list(self.ks)}")
+        if not self.ks or any(k != AUTO_K and not (isinstance(k, int) and k >= 1) for k in self.ks):
+            raise ValueError(f"k must be a list of integers ≥ 1 or {AUTO_K!r}, got {list(self.ks)}")
         if not self.temperatures or min(self.temperatures) < 0:
             raise ValueError(f"temperatures must be ≥ 0, got {list(self.temperatures)}")
 
@@ -100,9 +103,16 @@ class BenchPlan:
         return self.seed + SAMPLE_SEED_STRIDE * sample + prompt_index
 
     @property
-    def context_k(self) -> int:
+    def context_k(self) -> int | str:
         """k used for the prompt-length check of every method, so all methods keep the same prompts."""
-        return max(self.ks)
+        return max(self.ks, key=lambda k: AUTO_MAX_K if k == AUTO_K else k)
+
+    @property
+    def forward_ks(self) -> tuple[int, ...]:
+        """The k whose (k+1)-token verify is timed in isolation: the plan's, and 1..8 for k = auto (the
+        drafts per block it chose are reported and round to one of them on a CPU)."""
+        ints = {k for k in self.ks if k != AUTO_K}
+        return tuple(sorted(ints | (set(range(1, 9)) if AUTO_K in self.ks else set())))
 
 
 def quick_plan(plan: BenchPlan) -> BenchPlan:

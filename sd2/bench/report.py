@@ -22,7 +22,8 @@ from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 3  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample
+SCHEMA_VERSION = 4  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
+# 4: k may be "auto", cells' mean_k
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",

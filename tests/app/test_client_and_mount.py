@@ -66,9 +66,12 @@ def test_defaults_pick_the_sd2_drafter_and_one_method_per_recipe(client):
 
 def test_decode_body_sends_history_as_messages():
     history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
-    body = views.decode_body("And then?", 4, 0.0, 1.0, 32, 0, True, history)
+    body = views.decode_body("And then?", 4, 0.0, 0.0, 1.0, 32, 0, True, history)
     assert "prompt" not in body and body["messages"][-1] == {"role": "user", "content": "And then?"}
-    assert views.decode_body("Hi", 4.0, 0, 1, 32.0, None, False)["seed"] is None
+    assert views.decode_body("Hi", 4.0, 0, 0, 1, 32.0, None, False)["seed"] is None
+    auto = views.decode_body("Hi", "auto", 0.4, 0, 1, 32, 0, True)
+    assert auto["k"] == "auto" and auto["draft_threshold"] == 0.4
+    assert views.decode_body("Hi", "8", 0, 0, 1, 32, 0, True)["k"] == 8  # the menu's choices are text
 
 
 def test_sd2_ui_command_is_wired():

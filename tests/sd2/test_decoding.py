@@ -14,7 +14,7 @@ from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.metrics import summarize
 from sd2.sampling import Verdict
 from sd2.steering import new_head_for
-from sd2.trace import TokenStatus
+from sd2.trace import DraftStop, TokenStatus
 from tests.tiny import tiny_llama
 
 PROMPT = [1, 40, 17, 99, 3, 250]
@@ -156,12 +156,16 @@ def _exact_law(verifier) -> torch.Tensor:
     return joint.sum(0)  # marginal over x1 → [x2, x3]
 
 
-def _empirical_law(verifier, drafter, head, n: int) -> torch.Tensor:
+def _empirical_law(verifier, drafter, head, n: int, stops: Counter | None = None, **settings) -> torch.Tensor:
+    """The law of emitted tokens 2 and 3 over n seeds; `stops` counts the blocks' draft_stop reasons."""
     counts = torch.zeros(SMALL_V, SMALL_V)
     for seed in range(n):
-        config = DecodeConfig(k=2, temperature=1.0, max_new_tokens=3, seed=seed)
-        ids = _ids(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT))
+        config = DecodeConfig(**{"k": 2, "max_new_tokens": 3, **settings}, temperature=1.0, seed=seed)
+        blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT))
+        ids = _ids(blocks)
         counts[ids[1], ids[2]] += 1
+        if stops is not None:
+            stops.update(b.draft_stop for b in blocks if b.kind == "speculative")
     return counts / n
 
 
@@ -183,6 +187,16 @@ def test_sampled_output_follows_the_verifier_law_with_and_without_steering(small
     assert _tv(steered_law, exact) < _bound(exact, 10_000)
     coarse = _empirical_law(verifier, drafter, head, 500)
     assert _tv(steered_law, exact) < _tv(coarse, exact)  # the distance shrinks with samples
+
+
+def test_a_confidence_stop_keeps_the_verifier_law(small_pair):
+    """Stopping a draft on the drafter's own probability changes how much is drafted, not the law."""
+    verifier, drafter, head = small_pair
+    exact, n, stops = _exact_law(verifier), 5_000, Counter()
+    # 4 tokens leave the first block room for 2 drafts, so tokens 2 and 3 may follow a stop after one
+    law = _empirical_law(verifier, drafter, head, n, stops, k=3, max_new_tokens=4, draft_threshold=0.5)
+    assert stops[DraftStop.CONFIDENCE] > 0.2 * n and stops[DraftStop.K] + stops[DraftStop.LENGTH] > 0.2 * n
+    assert _tv(law, exact) < _bound(exact, n)
 
 
 def test_steering_changes_acceptance_not_the_law(small_pair):

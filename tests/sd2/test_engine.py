@@ -111,6 +111,11 @@ def test_unknown_method_lists_the_available_ones(engine):
     ("kwargs", "field"),
     [
         ({"k": 0}, "k"),
+        ({"k": "8"}, "k"),  # only the word auto is a string k
+        ({"k": True}, "k"),
+        ({"draft_threshold": -0.1}, "draft_threshold"),
+        ({"draft_threshold": 1.5}, "draft_threshold"),
+        ({"draft_threshold": float("nan")}, "draft_threshold"),
         ({"temperature": -0.1}, "temperature"),
         ({"temperature": 1e-9}, "temperature"),  # would overflow logits / T into NaN
         ({"top_p": 0.0}, "top_p"),

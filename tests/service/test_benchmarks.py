@@ -111,12 +111,12 @@ def test_a_version_1_database_migrates_and_keeps_its_runs(tmp_path):
             )
         )
     old.dispose()
-    assert Database(url).migrate() == 3
+    assert Database(url).migrate() == 4
     with sqlite3.connect(tmp_path / "old.db") as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "benchmarks" in tables
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
         assert conn.execute("SELECT precision FROM runs").fetchall() == [(None,)]  # v3's column, unknown
 
 
@@ -125,15 +125,18 @@ def test_a_version_2_database_gains_the_run_precision_column(tmp_path):
     old = Database(url)
     with old.engine.begin() as conn:  # schema version 2: the runs table without `precision`
         conn.execute(text("CREATE TABLE runs (id INTEGER PRIMARY KEY, method VARCHAR(64))"))
+        conn.execute(text("CREATE TABLE blocks (id INTEGER PRIMARY KEY, k INTEGER)"))
         conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
         conn.execute(text("INSERT INTO schema_version (version) VALUES (2)"))
         conn.execute(text("INSERT INTO runs (method) VALUES ('verifier')"))
+        conn.execute(text("INSERT INTO blocks (k) VALUES (8)"))
     old.dispose()
-    assert Database(url).migrate() == 3
+    assert Database(url).migrate() == 4
     with sqlite3.connect(tmp_path / "v2.db") as conn:
         assert conn.execute("SELECT method, precision FROM runs").fetchall() == [("verifier", None)]
+        assert conn.execute("SELECT k, draft_stop FROM blocks").fetchall() == [(8, None)]  # v4's column
 
 
-def test_a_fresh_database_is_created_at_version_3(client, settings):
+def test_a_fresh_database_is_created_at_version_4(client, settings):
     with sqlite3.connect(db_path(settings)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]

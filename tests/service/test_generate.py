@@ -100,3 +100,18 @@ def test_compare_same_greedy_text_different_methods_one_comparison(client, setti
         rows = conn.execute("SELECT id, comparison_id FROM runs ORDER BY id").fetchall()
     assert rows == [(r["run_id"], data["comparison_id"]) for r in results]
     assert count(settings, "comparisons") == 1
+
+
+def test_auto_k_and_a_draft_threshold_are_run_recorded_and_stored(client, settings):
+    body = {"prompt": PROMPT, "method": "tiny", "k": "auto", "draft_threshold": 0.3, "max_new_tokens": 30}
+    data = client.post("/generate", json=body).json()
+    assert data["config"]["k"] == "auto" and data["config"]["draft_threshold"] == 0.3
+    speculative = [b for b in data["blocks"] if b["kind"] == "speculative"]
+    assert speculative and all(b["draft_stop"] in ("k", "confidence", "length") for b in speculative)
+    assert all(b["draft_stop"] is None for b in data["blocks"] if b["kind"] == "prefill")
+    assert client.get(f"/runs/{data['run_id']}").json()["blocks"] == data["blocks"]
+    with sqlite3.connect(db_path(settings)) as conn:
+        stored = conn.execute(
+            'SELECT draft_stop FROM blocks WHERE run_id = ? ORDER BY "index"', (data["run_id"],)
+        ).fetchall()
+    assert [row[0] for row in stored] == [b["draft_stop"] for b in data["blocks"]]

@@ -28,6 +28,9 @@ def _fields(response) -> list[str]:
         ({**OK, "k": 0}, 422, "k"),
         ({**OK, "k": 65}, 422, "k"),
         ({**OK, "k": 2.5}, 422, "k"),
+        ({**OK, "k": "Auto"}, 422, "k"),  # only the exact word auto
+        ({**OK, "draft_threshold": 1.5}, 422, "draft_threshold"),
+        ({**OK, "draft_threshold": -0.1}, 422, "draft_threshold"),
         ({**OK, "temperature": -1}, 422, "temperature"),
         ({**OK, "top_p": 0}, 422, "top_p"),
         ({**OK, "max_new_tokens": 10**9}, 422, "max_new_tokens"),  # over the schema's hard cap

@@ -42,7 +42,14 @@ def test_cells_run_baselines_once_and_speculative_methods_at_every_k():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("repeats", 0), ("samples", 0), ("ks", ()), ("ks", (0,)), ("temperatures", (-1.0,))],
+    [
+        ("repeats", 0),
+        ("samples", 0),
+        ("ks", ()),
+        ("ks", (0,)),
+        ("ks", ("eight",)),
+        ("temperatures", (-1.0,)),
+    ],
 )
 def test_plan_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field.rstrip("s") if field != "ks" else "k must"):
@@ -67,6 +74,17 @@ def test_quick_and_explicit_options():
     )
     assert [m.name for m in full.methods] == ["verifier", "self", "hf-generate"]
     assert (full.ks, full.temperatures, full.max_new_tokens, full.repeats) == ((3, 5), (0.0, 1.0), 128, 3)
+
+
+def test_k_auto_is_the_default_and_mixes_with_fixed_k():
+    plan = build_plan(parse(), [])
+    assert plan.ks == ("auto",) and plan.context_k == "auto" and plan.forward_ks == tuple(range(1, 9))
+    mixed = build_plan(parse("--k", "auto", "12"), [])
+    assert mixed.ks == ("auto", 12) and mixed.context_k == "auto"  # auto drafts up to 16
+    assert mixed.forward_ks == (*range(1, 9), 12)
+    assert build_plan(parse("--k", "3", "5"), []).forward_ks == (3, 5)
+    with pytest.raises(SystemExit):
+        parse("--k", "eight")
 
 
 def test_k_sweep():

@@ -28,7 +28,7 @@ CELL_KEYS = {
     "drafter": (str, type(None)),
     "prompt_set": str,
     "temperature": float,
-    "k": (int, type(None)),
+    "k": (int, str, type(None)),
     "n_prompts": int,
     "n_generations": int,
     "n_samples": int,
@@ -54,6 +54,7 @@ CELL_KEYS = {
     "forward_efficiency": (float, type(None)),
     "greedy_match": (float, type(None)),
     "time_profile": (dict, type(None)),
+    "mean_k": (float, type(None)),
 }
 SPREAD_KEYS = {"median", "low", "high", "n", "relative"}
 PROMPT_SET_KEYS = {"name", "source", "demo", "n_prompts", "n_available", "n_too_long", "sha256"}
@@ -95,7 +96,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 3)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 4)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     assert set(data["models"]) == {"verifier", "drafters", "device", "dtype", "batch_invariant"}

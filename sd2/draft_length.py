@@ -1,0 +1,166 @@
+"""How many tokens a block drafts: k = auto across blocks, and a confidence stop inside one.
+
+k = auto picks, before each block, the k that maximises expected tokens per unit of time,
+
+    S(k) = E[τ](α̂, k) / (k·c + r(k)),   E[τ] = (1 − α̂^{k+1}) / (1 − α̂),
+
+with c = T_d(1) / T_v(1) (a draft step in verifier steps) and r(k) = T_v(k+1) / T_v(1) (a (k+1)-token
+verify in verifier steps) measured once for the loaded pair (`measure_costs`), and α̂ the run's own
+acceptance so far (`AcceptanceEstimate`). On a GPU r(k) ≈ 1 and long drafts pay; on a CPU r(k) grows
+with k and short drafts win — the same rule finds both.
+
+The confidence stop (the idea of HF's `assistant_confidence_threshold` and SpecDec++) ends a block's draft
+once the drafter's probability of its latest draft is ≤ `DecodeConfig.draft_threshold`.
+
+Both are exact: the draft length depends only on the drafter's own draws and on tokens already
+committed, and every position is still judged by the same rule (DESIGN.md §2), so the output keeps the
+verifier's distribution. A threshold of 0 never stops (a drafted token has q > 0); 1 always stops after
+the first draft (q ≤ 1).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from sd2.config import AUTO_MAX_K
+from sd2.metrics import expected_block_tokens
+from sd2.trace import DraftStop
+
+__all__ = [
+    "AcceptanceEstimate",
+    "CostProfile",
+    "DraftStop",
+    "VerifyCosts",
+    "measure_costs",
+    "measure_verify_costs",
+]
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """A pair's measured costs, in units of one cached 1-token verifier forward T_v(1).
+
+    draft_cost:   c = T_d(1) / T_v(1), one cached drafter step (its draft head included).
+    verify_ratio: r[k] = T_v(k+1) / T_v(1) for k = 0..max_k (r[0] = 1), made non-decreasing in k.
+    """
+
+    draft_cost: float
+    verify_ratio: tuple[float, ...]
+
+    @property
+    def max_k(self) -> int:
+        return len(self.verify_ratio) - 1
+
+    def block_cost(self, k: int) -> float:
+        """The time of a block with k drafts, in verifier steps."""
+        return k * self.draft_cost + self.verify_ratio[k]
+
+    def best_k(self, alpha: float, max_k: int | None = None) -> int:
+        """The k in 1..max_k with the most expected tokens per unit of time at acceptance α."""
+        top = self.max_k if max_k is None else min(max_k, self.max_k)
+        return max(range(1, top + 1), key=lambda k: expected_block_tokens(alpha, k) / self.block_cost(k))
+
+    def to_dict(self) -> dict:
+        return {"draft_cost": self.draft_cost, "verify_ratio": list(self.verify_ratio)}
+
+
+class AcceptanceEstimate:
+    """α̂ of a run so far: accepted drafts over judged draft positions, under a weak Beta prior.
+
+    A block with n accepted of k drafts judged min(n + 1, k) positions (drafts after the first rejection
+    were never judged); under i.i.d. acceptance this ratio is the maximum-likelihood α.
+    """
+
+    def __init__(self, prior: float = 0.5, weight: float = 2.0):
+        self.accepted, self.judged = prior * weight, weight
+
+    def update(self, n_accepted: int, k: int) -> None:
+        if k > 0:
+            self.accepted += n_accepted
+            self.judged += min(n_accepted + 1, k)
+
+    @property
+    def value(self) -> float:
+        return self.accepted / self.judged
+
+
+def _median_ms(run: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """Median wall time of `run` in ms (kernels finished: a CUDA device is synchronised)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        run()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _forward_ms(model: nn.Module, context: int, width: int, repeats: int, head=None) -> float:
+    """Median time of a cached forward of `width` tokens after `context` tokens: the logits of every
+    position, as a verify computes them (of the one position for width 1; through `head` on the
+    decoder's last state when given, as a reduced-vocabulary draft step does)."""
+    device = model.get_input_embeddings().weight.device
+    cache = DynamicCache(config=model.config)
+    ids = torch.arange(context + width, device=device)[None] % model.config.vocab_size  # [1, C + W]
+    model(input_ids=ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
+
+    def step() -> None:
+        if head is None:
+            model(input_ids=ids[:, context:], cache=cache, use_cache=True, logits_to_keep=0)
+        else:
+            head(
+                model.get_decoder()(
+                    input_ids=ids[:, context:], cache=cache, use_cache=True
+                ).last_hidden_state[0, -1]
+            )
+        cache.crop(-width)
+
+    step()  # warm-up: first calls of a shape are slower
+    return _median_ms(step, repeats, device)
+
+
+@dataclass(frozen=True)
+class VerifyCosts:
+    """The verifier's half of a cost profile: T_v(1) in ms and r[k] = T_v(k+1) / T_v(1), k = 0..max_k."""
+
+    step_ms: float
+    ratio: tuple[float, ...]
+
+
+@torch.inference_mode()
+def measure_verify_costs(verifier: nn.Module, max_k: int, context: int = 64, repeats: int = 3) -> VerifyCosts:
+    """Time the verifier's cached forwards of 1..max_k+1 tokens as it will run (its batch-invariant
+    kernels included). r is a running maximum over k, so timing noise never makes a longer verify look
+    cheaper than a shorter one."""
+    step_ms = _forward_ms(verifier, context, 1, repeats)
+    ratios, worst = [1.0], 1.0
+    for k in range(1, max_k + 1):
+        worst = max(worst, _forward_ms(verifier, context, k + 1, repeats) / step_ms)
+        ratios.append(worst)
+    return VerifyCosts(step_ms, tuple(ratios))
+
+
+@torch.inference_mode()
+def measure_costs(
+    verifier: nn.Module,
+    drafter: nn.Module,
+    draft_head: nn.Module | None = None,
+    max_k: int = AUTO_MAX_K,
+    verify: VerifyCosts | None = None,
+    context: int = 64,
+    repeats: int = 3,
+) -> CostProfile:
+    """The pair's cost profile from timed forwards (a few seconds on a CPU; `verify` reuses the verifier's
+    half when it was measured already). The drafter step is timed with its draft head when it has one."""
+    verify = verify or measure_verify_costs(verifier, max_k, context, repeats)
+    drafter_ms = _forward_ms(drafter, context, 1, repeats, head=draft_head)
+    return CostProfile(draft_cost=drafter_ms / verify.step_ms, verify_ratio=verify.ratio[: max_k + 1])
