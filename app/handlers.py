@@ -86,7 +86,8 @@ class Handlers:
         baseline = views.verifier_tps(self._stats())
         done = (
             f"run #{summary['run_id']} stored · {summary['metrics']['n_tokens']} tokens · "
-            f"{summary['finish_reason']} · {summary['method']}"
+            f"{summary['finish_reason']} · {summary['method']} · {views.drafting_label(summary)} · "
+            f"{summary.get('precision') or 'precision unknown'}"
         )
         chat = [
             *history,

@@ -18,6 +18,19 @@ BENCH_COLUMNS = ["id", "measured", "label", "methods", "prompt sets", "cells", "
 RUN_COLUMNS = ["id", "created", "method", "status", "tokens", "τ", "acceptance", "α̂", "tok/s", "prompt"]
 
 
+def drafting_label(summary: dict) -> str:
+    """How a finished run drafted, for the status line: "k = 4", or "k = auto (2.3 drafts per block)"."""
+    k = summary.get("config", {}).get("k")
+    metrics = summary.get("metrics", {})
+    if k != AUTO_K:
+        return f"k = {k}"
+    blocks = sum(metrics.get("histogram") or [])
+    mean = (
+        f" ({metrics['drafted'] / blocks:.1f} drafts per block)" if blocks and metrics.get("drafted") else ""
+    )
+    return f"k = auto{mean}"
+
+
 def decode_body(
     prompt: str,
     k: float | str,

@@ -58,7 +58,9 @@ def test_generate_streams_coloured_tokens_and_a_growing_plot(ui):
     assert ui.page.locator("#gen-trace .sd2-block").count() == final + 1  # + the prefill block
     colour = ui.page.eval_on_selector("#gen-trace .sd2-tok", "el => getComputedStyle(el).color")
     assert colour in {"rgb(21, 128, 61)", "rgb(220, 38, 38)", "rgb(37, 99, 235)", "rgb(139, 147, 158)"}
-    assert "run #" in ui.page.inner_text("#gen-status")
+    status = ui.page.inner_text("#gen-status")
+    assert "run #" in status and "k = auto" in status  # the default, with the precision that ran
+    assert "cpu/" in status
     ui.screenshot("generate")
 
 

@@ -64,6 +64,17 @@ def test_defaults_pick_the_sd2_drafter_and_one_method_per_recipe(client):
     assert labels["sd2"].startswith("sd2 — SD² (steered)") and labels["verifier"].startswith("verifier")
 
 
+def test_the_status_line_says_how_a_run_drafted():
+    fixed = {"config": {"k": 4}, "metrics": {"histogram": [1, 2], "drafted": 12}}
+    assert views.drafting_label(fixed) == "k = 4"
+    auto = {"config": {"k": "auto"}, "metrics": {"histogram": [3, 1, 0], "drafted": 9}}
+    assert views.drafting_label(auto) == "k = auto (2.2 drafts per block)"
+    assert (
+        views.drafting_label({"config": {"k": "auto"}, "metrics": {"histogram": [], "drafted": 0}})
+        == "k = auto"
+    )
+
+
 def test_decode_body_sends_history_as_messages():
     history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
     body = views.decode_body("And then?", 4, 0.0, 0.0, 1.0, 32, 0, True, history)
