@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from sd2.config import parse_k
-from sd2.placement_args import DTYPE_ENV, add_placement_arguments
+from sd2.placement_args import add_placement_arguments
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
@@ -125,14 +125,18 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=None, help="default: $SD2_PORT or 8000")
     p.add_argument("--drafter", action="append", default=[], metavar="NAME=PATH", help="add a drafter folder")
     p.add_argument("--no-ui", action="store_true", help="serve the REST API only (no browser UI at /)")
-    add_placement_arguments(p, device=False)  # the device comes from $SD2_DEVICE
+    p.add_argument(
+        "--verifier",
+        default=None,
+        help="hub id or folder (default: $SD2_VERIFIER, else the embedded SmolLM2-135M-Instruct)",
+    )
+    add_placement_arguments(p)  # --device and --dtype, over $SD2_DEVICE and $SD2_DTYPE
 
     def run(args: argparse.Namespace) -> int:
         from service.cli import serve  # the web stack is imported only by this command
 
-        if args.dtype:
-            os.environ[DTYPE_ENV] = args.dtype  # the service reads its settings from the environment
-        return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui)
+        models = {"verifier": args.verifier, "device": args.device, "dtype": args.dtype}
+        return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui, **models)
 
     p.set_defaults(func=run)
 

@@ -61,13 +61,24 @@ def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)} (or ${DTYPE_ENV}), got {name!r}")
     if name != "auto":
         return DTYPES[name]
-    native = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
+    if device.type == "cuda":  # pre-Ampere GPUs emulate bf16 slowly: fp32 there
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    else:
+        native = device.type == "cpu" and cpu_has_native_bf16()
     return torch.bfloat16 if native else torch.float32
 
 
 def default_placement(device: str | None = None, dtype: str | None = None) -> Placement:
-    """CUDA when a GPU is present (or asked for), else the CPU; precision by `resolve_dtype`."""
+    """CUDA when a GPU is present (or asked for), else the CPU; precision by `resolve_dtype`. A requested
+    device that is not usable here is refused (ValueError naming --device), never replaced."""
     chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was requested but no CUDA device is available")
+        raise ValueError(f"--device {device!r} was requested but no CUDA device is usable here")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"--device {device!r} was requested but this machine has {torch.cuda.device_count()} CUDA "
+            "device(s)"
+        )
+    if chosen.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
     return Placement(chosen, resolve_dtype(dtype, chosen))

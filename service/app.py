@@ -81,7 +81,9 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     db = Database(settings.db_url)
     db.migrate()
     if engine is None:
-        engine = Engine.load(settings.verifier, dict(settings.drafters), device=settings.device)
+        engine = Engine.load(
+            settings.verifier, dict(settings.drafters), device=settings.device, dtype=settings.dtype
+        )
     host = ModelHost(engine, threading.Lock())
     for drafter in engine.drafters.values():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))

@@ -38,7 +38,8 @@ class Settings:
     database_url: str = ""  # empty → sqlite:///<home>/sd2.db; any SQLAlchemy URL (PostgreSQL) scales out
     verifier: str | None = None  # None → the embedded SmolLM2-135M-Instruct
     drafters: tuple[tuple[str, str], ...] = ()  # (name, folder) pairs loaded at start-up
-    device: str | None = None  # None → CUDA when available, else CPU
+    device: str | None = None  # None → CUDA when available, else CPU; a requested one must be usable
+    dtype: str | None = None  # auto | bf16 | fp32 (sd2.devices); None → auto
     host: str = "127.0.0.1"  # loopback by default: exposing the lab is an explicit choice
     port: int = 8000
     api_key: str | None = None  # when set, mutating endpoints (train, cancel, delete) require X-API-Key
@@ -67,6 +68,7 @@ class Settings:
             verifier=env.get("SD2_VERIFIER") or None,
             drafters=parse_drafters(env.get("SD2_DRAFTERS", "")),
             device=env.get("SD2_DEVICE") or None,
+            dtype=env.get("SD2_DTYPE") or None,
             host=env.get("SD2_HOST", cls.host),
             port=int(env.get("SD2_PORT", cls.port)),
             api_key=env.get("SD2_API_KEY") or None,

@@ -13,8 +13,29 @@ def test_explicit_precisions_and_auto(monkeypatch):
     monkeypatch.delenv("SD2_DTYPE", raising=False)
     assert resolve_dtype("bf16", CPU) is torch.bfloat16
     assert resolve_dtype("FP32", CPU) is torch.float32
-    assert resolve_dtype("auto", CUDA) is torch.bfloat16
     assert resolve_dtype(None, CPU) is (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
+
+
+@pytest.mark.parametrize(("has_bf16", "expected"), [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_on_cuda_is_bf16_only_where_the_gpu_computes_it(monkeypatch, has_bf16, expected):
+    """A pre-Ampere GPU (V100, T4) only emulates bf16: auto must not pick it there."""
+    monkeypatch.delenv("SD2_DTYPE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: has_bf16)
+    assert resolve_dtype("auto", CUDA) is expected
+    assert resolve_dtype("bf16", CUDA) is torch.bfloat16  # asked for explicitly: the user's choice
+
+
+def test_a_requested_device_that_is_not_usable_is_refused_not_replaced(monkeypatch):
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"--device 'cuda' was requested but no CUDA device is usable"):
+            default_placement("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"--device 'cuda:3' was requested but this machine has 1 CUDA"):
+        default_placement("cuda:3", "fp32")
+    with pytest.raises(ValueError, match=r"--device must be cpu, cuda or cuda:N, got 'mps'"):
+        default_placement("mps", "fp32")
 
 
 def test_the_environment_sets_the_default_and_a_flag_overrides_it(monkeypatch):
@@ -33,10 +54,10 @@ def test_a_bad_dtype_is_refused_naming_the_flag(bad, monkeypatch):
         resolve_dtype(None, CPU)
 
 
-@pytest.mark.parametrize("command", ["generate", "bench", "serve"])
+@pytest.mark.parametrize("command", ["generate", "bench", "serve", "data synth"])
 def test_the_command_line_refuses_a_bad_dtype_before_loading_anything(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main([command, "--dtype", "fp16"])
+        main([*command.split(), "--dtype", "fp16"])
     assert exit_info.value.code == 2
     assert "--dtype: invalid choice: 'fp16'" in capsys.readouterr().err
 

@@ -24,6 +24,28 @@ def test_flags_override_environment_and_add_drafters(tmp_path):
         serve_settings(None, None, {"../x": "/p"}, env)
 
 
+def test_the_models_flags_override_the_environment(tmp_path):
+    env = {
+        "SD2_HOME": str(tmp_path),
+        "SD2_VERIFIER": "env/verifier",
+        "SD2_DEVICE": "cpu",
+        "SD2_DTYPE": "fp32",
+    }
+    kept = serve_settings(None, None, {}, env, verifier=None, device=None, dtype=None)
+    assert (kept.verifier, kept.device, kept.dtype) == ("env/verifier", "cpu", "fp32")
+    chosen = serve_settings(None, None, {}, env, verifier="Qwen/Qwen3-8B", device="cuda", dtype="bf16")
+    assert (chosen.verifier, chosen.device, chosen.dtype) == ("Qwen/Qwen3-8B", "cuda", "bf16")
+
+
+def test_sd2_serve_refuses_a_device_it_cannot_use_before_starting(tmp_path):
+    env = {**os.environ, "SD2_HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "sd2.cli", "serve", "--no-ui", "--port", "0", "--device", "cuda:7"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "sd2: error: --device 'cuda:7' was requested" in done.stderr
+    assert not (tmp_path / "sd2.db").exists()  # nothing was started or written
+
+
 def test_sd2_serve_starts_the_service_on_loopback(tmp_path, tiny_pair_dir):
     verifier_dir, drafter_dir = tiny_pair_dir
     with socket.socket() as sock:
