@@ -246,9 +246,9 @@ class SpeculativeDecoder:
                 inputs = [token]
                 if not confident and step < k - 1:
                     break
-        vocab = self.verifier.config.vocab_size
-        if not tokens:
-            empty = torch.empty(0, vocab)
+        if not tokens:  # a k = 0 block at the length limit: empty rows on the models' device
+            device = self.verifier.get_input_embeddings().weight.device
+            empty = torch.empty(0, self.verifier.config.vocab_size, device=device)
             return torch.empty(0, dtype=torch.long), empty, empty
         return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
 
