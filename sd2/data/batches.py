@@ -98,3 +98,27 @@ def batches(
     stop = len(order) - len(order) % batch_size if drop_last else len(order)
     for begin in range(start * batch_size, stop, batch_size):
         yield shards.rows(order[begin : begin + batch_size], trim=trim)
+
+
+def rank_batches(
+    shards: ShardSet,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    start: int,
+    rank: int = 0,
+    ranks: int = 1,
+    trim: bool = False,
+) -> Iterator[tuple[int, Batch]]:
+    """One process's share of an epoch's batches (the order of `batches`), from batch index `start` on.
+
+    The batches come in rounds of `ranks` consecutive ones; rank r trains on the r-th of each round, so
+    the processes of one step see different data. A last incomplete round is dropped, so every rank
+    takes as many batches. Yields (resume index, batch): the batch index the epoch continues from once
+    this batch's round is done — the same on every rank. With one rank this is `batches` exactly.
+    """
+    order = epoch_order(len(shards), seed, epoch)
+    total = len(order) // batch_size
+    for round_start in range(start, total - ranks + 1, ranks):
+        begin = (round_start + rank) * batch_size
+        yield round_start + ranks, shards.rows(order[begin : begin + batch_size], trim=trim)

@@ -108,7 +108,8 @@ def verify_checkpoint(folder: str | Path) -> dict:
 
 def load_trainer_state(folder: str | Path) -> dict | None:
     path = Path(folder) / TRAINER_STATE
-    return torch.load(path, weights_only=False) if path.is_file() else None
+    # on the CPU: a state saved on cuda:N loads on any machine; the optimiser moves it to its parameters
+    return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None
 
 
 def export_checkpoint(

@@ -114,7 +114,7 @@ def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
     if config.threads:
         torch.set_num_threads(config.threads)
     verifier_path = resolve_model_path(args.verifier)
-    verifier = load_causal_lm(verifier_path, default_placement(dtype=getattr(args, "dtype", None)))
+    verifier = load_causal_lm(verifier_path, rank_placement(getattr(args, "dtype", None)))
     tokenizer = load_tokenizer(verifier_path)
     data = training_data(
         [s.strip() for s in args.data.split(",") if s.strip()],
@@ -124,6 +124,15 @@ def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
         validation_name=args.validation_data,
     )
     return verifier, tokenizer, data
+
+
+def rank_placement(dtype: str | None):
+    """This process's placement: under `accelerate launch` each rank loads its frozen verifier straight
+    onto its own GPU (the device accelerate assigns it), never all onto cuda:0."""
+    from accelerate import PartialState
+
+    # cpu=True where there is no GPU: only then does accelerate run several CPU processes as one job (gloo)
+    return default_placement(str(PartialState(cpu=not torch.cuda.is_available()).device), dtype)
 
 
 def _trainer(

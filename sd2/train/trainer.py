@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from torch import nn
 from tqdm.auto import tqdm
 
-from sd2.data.batches import Batch, ShardSet, batches
+from sd2.data.batches import Batch, ShardSet, batches, rank_batches
 from sd2.steering import SteeringHead
 from sd2.train.checkpoint import load_trainer_state, save_checkpoint, verify_checkpoint
 from sd2.train.config import TrainConfig
@@ -104,12 +104,20 @@ class Trainer:
         self.model_lock = model_lock or nullcontext()
         # autocast is ours, not accelerate's mixed_precision: that one is a process-wide singleton, and
         # the service runs jobs of different precisions in one process
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
+        # Train where the verifier lives: a service's CPU engine keeps its verifier on the CPU even on a
+        # GPU host (moving the shared model would leave its decodes mixing devices).
+        verifier_device = verifier.get_input_embeddings().weight.device if verifier is not None else None
+        on_cpu = not torch.cuda.is_available() or (
+            verifier_device is not None and verifier_device.type == "cpu"
+        )
+        self.accelerator = Accelerator(cpu=on_cpu, mixed_precision="no")
         self.bf16 = autocast_precision(config.precision) == "bf16"
         torch.manual_seed(config.seed)
         self.recipe = _Recipe(config, drafter, head if config.objective == "sd2" else None, verifier)
         if verifier is not None:
-            verifier.requires_grad_(False).eval().to(self.accelerator.device)
+            verifier.requires_grad_(False).eval()
+            if not _same_device(verifier_device, self.accelerator.device):  # a rank's own copy (run.py)
+                verifier.to(self.accelerator.device)
         if config.freeze_drafter:
             drafter.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
@@ -191,22 +199,29 @@ class Trainer:
         return totals
 
     def _batches(self) -> Iterator[Batch]:
-        """Endless seeded epochs from the saved position, so a resumed run sees the same batches."""
+        """Endless seeded epochs from the saved position, so a resumed run sees the same batches.
+
+        Under `accelerate launch` with N processes each rank trains on its own batch of every round of
+        N (`rank_batches`): one step sees N different batches, an effective batch of N · batch_size.
+        """
+        rank, ranks = self.accelerator.process_index, self.accelerator.num_processes
         while True:
-            for batch in batches(
+            for resume_at, batch in rank_batches(
                 self.data.train,
                 self.config.batch_size,
                 self.config.seed,
                 self.epoch,
                 start=self.batch_index,
+                rank=rank,
+                ranks=ranks,
                 trim=True,
             ):
-                self.batch_index += 1
+                self.batch_index = resume_at
                 yield batch
             if self.batch_index == 0:
                 raise ValueError(
                     f"the training data has fewer rows ({len(self.data.train)}) than batch_size "
-                    f"{self.config.batch_size}"
+                    f"{self.config.batch_size} × {ranks} process(es)"
                 )
             self.epoch, self.batch_index = self.epoch + 1, 0
 
@@ -346,3 +361,8 @@ def _machine() -> str:
         else f"CPU × {torch.get_num_threads()} threads"
     )
     return f"{platform.node() or 'host'} · {device} · torch {torch.__version__}"
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """cuda and cuda:0 are the same device; torch.device equality says they are not."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
