@@ -22,6 +22,7 @@ from sd2.steering import SteeringConfig, SteeringHead
 from sd2.train.checkpoint import save_checkpoint
 
 _WRAPPED_LAYER = re.compile(r"^model\.layers\.(\d+)\.l\.")
+SUPPORTED_GUIDE_METHODS = ("merged",)  # the paper's SD²; "simple" and "advanced" are its ablations
 
 
 def convert_official(source: str | Path, target: str | Path, drafter_config: str | None = None) -> Path:
@@ -31,6 +32,12 @@ def convert_official(source: str | Path, target: str | Path, drafter_config: str
     """
     source = Path(source)
     hparams = json.loads((source / "config.json").read_text())
+    method = hparams.get("guide_method", "merged")
+    if method not in SUPPORTED_GUIDE_METHODS:
+        raise ValueError(
+            f"{source}: guide_method {method!r} is an ablation sd2 does not implement (only "
+            f"{', '.join(SUPPORTED_GUIDE_METHODS)}: the SD² bias on the up-projection)"
+        )
     state = torch.load(source / "pytorch_model.bin", map_location="cpu", weights_only=True)
     drafter_state = {
         _WRAPPED_LAYER.sub(r"model.layers.\1.", key.removeprefix("d_base.")): value
@@ -40,7 +47,8 @@ def convert_official(source: str | Path, target: str | Path, drafter_config: str
     config = AutoConfig.from_pretrained(drafter_config or hparams["drafter"])
     drafter = AutoModelForCausalLM.from_config(config)
     missing, unexpected = drafter.load_state_dict(drafter_state, strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"}:
+    tied = drafter.config.tie_word_embeddings  # only a tied head may be absent: it is the embedding
+    if unexpected or set(missing) - ({"lm_head.weight"} if tied else set()):
         raise ValueError(
             f"{source} does not fit {config.model_type}: missing {missing}, unexpected {unexpected}"
         )

@@ -192,13 +192,8 @@ def test_resume_refuses_a_different_run(tmp_path, data):
         Trainer(_config(tmp_path, "distill", steps=3), _drafter(), verifier, data).run()
 
 
-def test_official_checkpoint_round_trips(tmp_path):
-    """Build a tiny checkpoint in the authors' layout, import it, and compare every tensor."""
-    verifier, drafter = _verifier(), _drafter()
-    head = new_head_for(verifier, drafter)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.normal_()
+def _official_folder(tmp_path, drafter, head, drop=(), **hparams):
+    """A tiny checkpoint in the authors' layout (state keys in `drop` left out)."""
     official = tmp_path / "official"
     official.mkdir()
     state = {}
@@ -212,20 +207,28 @@ def test_official_checkpoint_round_trips(tmp_path):
     state["latent_mod_prep.norm.weight"] = head.norm.weight.detach()
     state["latent_mod_prep.norm.bias"] = head.norm.bias.detach()
     state["latent_mod_prep.w_guide.weight"] = head.w_s.detach().reshape(-1, 64)
-    torch.save(state, official / "pytorch_model.bin")
+    torch.save({k: v for k, v in state.items() if k not in drop}, official / "pytorch_model.bin")
     drafter.config.save_pretrained(tmp_path / "drafter_config")
-    (official / "config.json").write_text(
-        json.dumps(
-            {
-                "verifier": "tiny-verifier",
-                "drafter": str(tmp_path / "drafter_config"),
-                "ngram": 4,
-                "v_layer": list(reversed(head.config.verifier_layers)),
-                "d_layer": "all",
-                "guide_method": "merged",
-            }
-        )
-    )
+    config = {
+        "verifier": "tiny-verifier",
+        "drafter": str(tmp_path / "drafter_config"),
+        "ngram": 4,
+        "v_layer": list(reversed(head.config.verifier_layers)),
+        "d_layer": "all",
+        "guide_method": "merged",
+    }
+    (official / "config.json").write_text(json.dumps(config | hparams))
+    return official
+
+
+def test_official_checkpoint_round_trips(tmp_path):
+    """Build a tiny checkpoint in the authors' layout, import it, and compare every tensor."""
+    verifier, drafter = _verifier(), _drafter()
+    head = new_head_for(verifier, drafter)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_()
+    official = _official_folder(tmp_path, drafter, head)
     out = convert_official(official, tmp_path / "imported")
     verify_checkpoint(out)
     loaded = SteeringHead.load(out)
@@ -237,6 +240,24 @@ def test_official_checkpoint_round_trips(tmp_path):
     imported = AutoModelForCausalLM.from_pretrained(out)
     for name, tensor in drafter.state_dict().items():
         assert torch.equal(imported.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("method", ["simple", "advanced"])
+def test_an_official_ablation_checkpoint_is_refused_naming_its_guide_method(tmp_path, method):
+    verifier, drafter = _verifier(), _drafter()
+    official = _official_folder(tmp_path, drafter, new_head_for(verifier, drafter), guide_method=method)
+    with pytest.raises(ValueError, match=f"guide_method '{method}' is an ablation sd2 does not implement"):
+        convert_official(official, tmp_path / "imported")
+
+
+def test_an_untied_official_drafter_without_its_lm_head_is_refused(tmp_path):
+    verifier, drafter = _verifier(), _drafter()
+    drafter.config.tie_word_embeddings = False  # its head is its own weight: an import needs it
+    official = _official_folder(
+        tmp_path, drafter, new_head_for(verifier, drafter), drop={"d_base.lm_head.weight"}
+    )
+    with pytest.raises(ValueError, match=r"missing \['lm_head.weight'\]"):
+        convert_official(official, tmp_path / "imported")
 
 
 def test_export_writes_a_bf16_copy_without_trainer_state(tmp_path, data):
@@ -424,3 +445,36 @@ def test_skip_batches_continues_an_earlier_runs_data_order(tmp_path, data):
         drawn("too-far", steps=1, skip_batches=6)
     with pytest.raises(ValueError, match="skip_batches must be ≥ 0"):
         _config(tmp_path, "pretrain", skip_batches=-1)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("objective", ["distill", "sd2"])
+def test_a_bf16_verifier_trains_an_fp32_drafter_through_validation(tmp_path, data, objective, precision):
+    """What every GPU run does (the placement loads the verifier in bf16, the drafter and head stay
+    fp32): training, validation (outside autocast) and the final checkpoint must all go through."""
+    verifier, drafter = _verifier().to(torch.bfloat16), _drafter()
+    head = new_head_for(verifier, drafter) if objective == "sd2" else None
+    config = _config(tmp_path, objective, steps=3, eval_every=2, precision=precision)
+    out = Trainer(config, drafter, verifier, data, head).run()
+    card = verify_checkpoint(out)
+    assert card["steps"] == 3 and card["final_metrics"]["val_tau"] >= 1.0
+    assert all(p.dtype == torch.float32 for p in drafter.parameters())
+    assert head is None or head.w_s.dtype == torch.float32
+
+
+@pytest.mark.gpu
+def test_a_job_beside_a_cpu_engine_leaves_the_shared_verifier_on_the_cpu(tmp_path, data):
+    """On a GPU host a service with a CPU engine trains beside it: the verifier must stay put."""
+    verifier, drafter = _verifier(), _drafter()
+    Trainer(_config(tmp_path, "distill", steps=2), drafter, verifier, data).run()
+    assert verifier.get_input_embeddings().weight.device.type == "cpu"
+    assert next(drafter.parameters()).device.type == "cpu"
+
+
+@pytest.mark.gpu
+def test_a_cuda_verifier_trains_on_cuda(tmp_path, data):
+    verifier, drafter = _verifier().to("cuda", torch.bfloat16), _drafter()
+    head = new_head_for(verifier, drafter)
+    out = Trainer(_config(tmp_path, "sd2", steps=3, eval_every=2), drafter, verifier, data, head).run()
+    assert verify_checkpoint(out)["steps"] == 3
+    assert verifier.get_input_embeddings().weight.device.type == "cuda"
