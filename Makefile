@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser run test test-fast lint format bench clean
+.PHONY: venv browser run test test-fast lint format bench clean gpu-check
 
 # The venv is created from scratch and rebuilt whenever pyproject.toml changes. torch comes from
 # the same resolve as accelerate (`torch>=2.13,<2.14`), so machines with the local CPU wheel use it.
@@ -30,6 +30,7 @@ run: venv
 test: venv browser
 	$(BIN)/ruff check sd2 service app tests benchmarks
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/pytest -q
+	$(MAKE) gpu-check GPU_CHECK_ARGS="--device cpu --out build/device-check"
 
 bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/sd2 bench --quick
@@ -47,3 +48,9 @@ format: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The device check (benchmarks/device_check.py): on a GPU machine as it is (its own Python, no venv
+# there), on a CPU with GPU_CHECK_ARGS="--device cpu". Random models only: no weights, no network.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	HF_HUB_OFFLINE=1 $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) benchmarks/device_check.py $(GPU_CHECK_ARGS)
