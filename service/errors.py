@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 
@@ -35,6 +39,7 @@ _KNOWN_FIELDS = {
     "prompt",
     "messages",
     "method",
+    "draft_threshold",
 }
 
 
@@ -42,6 +47,27 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(FieldError)
     async def _field_error(_request: Request, err: FieldError) -> JSONResponse:
         return JSONResponse({"detail": err.detail()}, status_code=err.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": json_safe(err.errors())}, status_code=422)
+
+
+def json_safe(value: Any) -> Any:
+    """A validation error's detail made encodable: it echoes the input, which may hold what JSON cannot
+    carry — NaN / Infinity (Python's parser accepts them, 1e999 overflows to inf) or a lone surrogate
+    ("\\ud800" is valid JSON, not Unicode text). Those become their repr; everything else is kept."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {json_safe(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, int | bool) or value is None:
+        return value
+    return json_safe(str(value))  # e.g. an exception object in ctx
 
 
 def not_found(parameter: str, message: str) -> HTTPException:

@@ -9,13 +9,33 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
 from sd2.config import AUTO_K, MAX_K, MIN_TEMPERATURE
 from service.settings import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
+
+
+def _unicode_text(value: str) -> str:
+    """Refuse a lone surrogate ("\\ud800" is valid JSON but not text: no tokenizer or store takes it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"must be Unicode text; a lone surrogate at position {err.start}") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode_text)]  # free text that reaches models and the store
 # Hard caps documented in the schema; the tighter per-deployment limits come from Settings.
 PROMPT_CAP = 1_000_000
 TOKENS_CAP = 1_000_000
@@ -25,7 +45,7 @@ class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     role: Literal["system", "user", "assistant"]
-    content: str = Field(min_length=1, max_length=PROMPT_CAP)
+    content: Text = Field(min_length=1, max_length=PROMPT_CAP)
 
 
 class DecodeSettings(BaseModel):
@@ -61,7 +81,7 @@ class DecodeSettings(BaseModel):
     )
     steering: bool = Field(True, description="use the drafter's SD² head when it has one")
     chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
-    prompt: str | None = Field(None, min_length=1, max_length=PROMPT_CAP, examples=["Why is the sky blue?"])
+    prompt: Text | None = Field(None, min_length=1, max_length=PROMPT_CAP, examples=["Why is the sky blue?"])
     messages: list[Message] | None = Field(None, min_length=1, max_length=256)
     prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
 
@@ -291,7 +311,7 @@ class TrainIn(BaseModel):
     name: Name = Field(description="name of the drafter the job registers")
     method: Literal["pretrain", "distill", "sd2"] = "pretrain"
     base_drafter: Name
-    data: list[Annotated[str, Field(min_length=1)]] | None = Field(
+    data: list[Annotated[Text, Field(min_length=1)]] | None = Field(
         None, max_length=10_000, description="training texts; default: a few built-in sentences"
     )
     steps: int = Field(20, ge=1, le=1_000_000)
@@ -364,7 +384,7 @@ class BenchmarkIn(BaseModel):
     cells: list[BenchCellIn] = Field(min_length=1, max_length=10_000)
     best_k: list[dict] = Field(default_factory=list, max_length=1_000)
     generations: list[dict] | None = None
-    label: str | None = Field(None, max_length=200)
+    label: Text | None = Field(None, max_length=200)
 
 
 class BenchmarkSummary(BaseModel):

@@ -32,3 +32,39 @@ def test_greedy_and_small_sampling_temperatures_still_decode(client, temperature
     response = client.post("/generate", json={**OK, "temperature": temperature})
     assert response.status_code == 200, response.text
     assert response.json()["config"]["temperature"] == temperature
+
+
+def _raw_post(client, path: str, body: str):
+    return client.post(
+        path, content=body.encode("utf-8", "surrogatepass"), headers={"content-type": "application/json"}
+    )
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+@pytest.mark.parametrize("field", ["temperature", "top_p", "draft_threshold"])
+def test_non_finite_json_numbers_are_a_4xx_naming_the_field(client, settings, literal, field):
+    # D1: Python's JSON parser accepts NaN / Infinity (and 1e999 overflows to inf); the 422 that
+    # followed could not be rendered (its detail echoed the non-finite input) and became a 500.
+    before = table_counts(settings)
+    response = _raw_post(client, "/generate", f'{{"prompt": "Hi!", "method": "tiny", "{field}": {literal}}}')
+    assert response.status_code == 422, response.text
+    assert any(d["loc"] == ["body", field] for d in response.json()["detail"])
+    assert table_counts(settings) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/generate", '{"prompt": "a\\ud800b", "method": "tiny"}', "prompt"),
+        ("/generate", '{"messages": [{"role": "user", "content": "\\udfff"}], "method": "tiny"}', "content"),
+        ("/train", '{"name": "x\\ud800", "method": "pretrain", "base_drafter": "tiny"}', "name"),
+    ],
+)
+def test_a_lone_surrogate_is_a_4xx_naming_the_field(client, settings, path, body, field):
+    # D2: "\ud800" is valid JSON but not Unicode text; it reached the tokenizer / the store (or an
+    # error message that could not be encoded) and gave a 500.
+    before = table_counts(settings)
+    response = _raw_post(client, path, body)
+    assert response.status_code == 422, response.text
+    assert any(field in str(part) for d in response.json()["detail"] for part in d["loc"]), response.text
+    assert table_counts(settings) == before
