@@ -41,7 +41,8 @@ def list_runs(
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[list[dict], int]:
-    """Newest first, filtered; returns (page, total matching)."""
+    """Newest first, filtered; returns (page, total matching). `since` / `until` in naive UTC, as the
+    stored `created_at` (schemas.UtcMoment brings query strings there)."""
     conditions = []
     if method is not None:
         conditions.append(Run.method == method)
@@ -50,9 +51,9 @@ def list_runs(
     if status is not None:
         conditions.append(Run.status == status)
     if since is not None:
-        conditions.append(Run.created_at >= _naive_utc(since))
+        conditions.append(Run.created_at >= since)
     if until is not None:
-        conditions.append(Run.created_at < _naive_utc(until))
+        conditions.append(Run.created_at < until)
     total = session.scalar(select(func.count(Run.id)).where(*conditions)) or 0
     rows = session.scalars(
         select(Run)
@@ -62,11 +63,6 @@ def list_runs(
         .offset(offset)
     ).all()
     return [run_summary(r) for r in rows], total
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    """Compare in UTC whatever zone the client sent (naive input is taken as UTC)."""
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 def get_run(session: Session, run_id: int) -> dict | None:

@@ -6,12 +6,13 @@ gets a 422 naming it instead of being ignored.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -36,6 +37,31 @@ def _unicode_text(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_unicode_text)]  # free text that reaches models and the store
+
+
+def _iso_8601(value: object) -> object:
+    """Only ISO 8601 text is a date here: pydantic would take "0.5" as a Unix timestamp."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("must be an ISO 8601 date-time, e.g. 2026-12-01T12:00:00Z") from None
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    """In naive UTC (naive input is UTC already), clamped to the calendar: 9999-12-31T23:59:59-14:00 is
+    after every representable moment, 0001-01-01T00:00:00+14:00 before every one."""
+    if moment.tzinfo is None:
+        return moment
+    try:
+        return moment.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        return datetime.max if moment.year == datetime.max.year else datetime.min
+
+
+# A query-string moment: ISO 8601 only, compared in UTC.
+UtcMoment = Annotated[datetime, BeforeValidator(_iso_8601), AfterValidator(_naive_utc)]
 # Hard caps documented in the schema; the tighter per-deployment limits come from Settings.
 PROMPT_CAP = 1_000_000
 TOKENS_CAP = 1_000_000

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
@@ -15,7 +14,7 @@ from fastapi.responses import Response
 from service import queries, repository
 from service.deps import ApiKeyDep, ServicesDep
 from service.errors import not_found
-from service.schemas import Name, RunDetail, RunPage, StatsRow
+from service.schemas import Name, RunDetail, RunPage, StatsRow, UtcMoment
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=2**62, description="a run id from POST /generate or GET /runs")]
@@ -38,9 +37,9 @@ async def list_runs(
     drafter: Annotated[Name | None, Query()] = None,
     status: Literal["succeeded", "failed", "cancelled"] | None = None,
     since: Annotated[
-        datetime | None, Query(description="created at or after (ISO 8601; naive = UTC)")
+        UtcMoment | None, Query(description="created at or after (ISO 8601; naive = UTC)")
     ] = None,
-    until: Annotated[datetime | None, Query(description="created before (ISO 8601; naive = UTC)")] = None,
+    until: Annotated[UtcMoment | None, Query(description="created before (ISO 8601; naive = UTC)")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ):

@@ -68,3 +68,30 @@ def test_a_lone_surrogate_is_a_4xx_naming_the_field(client, settings, path, body
     assert response.status_code == 422, response.text
     assert any(field in str(part) for d in response.json()["detail"] for part in d["loc"]), response.text
     assert table_counts(settings) == before
+
+
+@pytest.mark.parametrize(
+    ("params", "total"),
+    [
+        ({"since": "9999-12-31T23:59:59-14:00"}, 0),  # after every representable moment
+        ({"until": "0001-01-01T00:00:00+14:00"}, 0),  # before every one
+        ({"until": "9999-12-31T23:59:59-14:00"}, None),  # every run so far
+        ({"since": "0001-01-01T00:00:00+14:00"}, None),
+    ],
+)
+def test_datetimes_at_the_calendars_edge_are_answered_not_a_500(client, params, total):
+    # D3: converting these to UTC overflows the calendar; they are valid ISO 8601 and get an answer.
+    client.post("/generate", json=OK)
+    response = client.get("/runs", params=params)
+    assert response.status_code == 200, response.text
+    everything = client.get("/runs").json()["total"]
+    assert response.json()["total"] == (everything if total is None else total)
+
+
+@pytest.mark.parametrize("value", ["0.5", "1700000000", "yesterday"])
+def test_a_number_or_a_word_is_not_a_date(client, value):
+    # D3: pydantic took "0.5" as a Unix timestamp; only ISO 8601 is a date here.
+    response = client.get("/runs", params={"until": value})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["query", "until"]
+    assert "ISO 8601" in response.json()["detail"][0]["msg"]
