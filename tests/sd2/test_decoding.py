@@ -1,6 +1,5 @@
 """The engine is lossless: greedy output identical to the verifier's, sampled output distributed as it."""
 
-import copy
 import itertools
 from collections import Counter
 
@@ -23,24 +22,6 @@ NO_STOP = frozenset()
 
 def _ids(blocks):
     return [t.token_id for b in blocks for t in b.emitted]
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
-
-
-@pytest.fixture(scope="module")
-def drafters(verifier):
-    random_drafter = tiny_llama(hidden=32, layers=2, ffn=64, seed=1)
-    head = new_head_for(verifier, random_drafter)
-    with torch.no_grad():
-        head.w_s.normal_(0, 0.3)
-    return {
-        "same": (copy.deepcopy(verifier), None),
-        "random": (random_drafter, None),
-        "steered": (random_drafter, head),
-    }
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])

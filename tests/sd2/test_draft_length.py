@@ -1,17 +1,13 @@
 """Adaptive draft length: the confidence stop and k = auto change how much is drafted, never the output."""
 
 import argparse
-import copy
 
 import pytest
-import torch
 
 from sd2.config import AUTO_MAX_K, DecodeConfig, parse_k
 from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
-from sd2.steering import new_head_for
 from sd2.trace import DraftStop
-from tests.tiny import tiny_llama
 
 PROMPT = [1, 40, 17, 99, 3, 250]
 NO_STOP = frozenset()
@@ -25,20 +21,6 @@ def _ids(blocks):
 
 def _speculative(blocks):
     return [b for b in blocks if b.kind == "speculative"]
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
-
-
-@pytest.fixture(scope="module")
-def drafters(verifier):
-    random_drafter = tiny_llama(hidden=32, layers=2, ffn=64, seed=1)
-    head = new_head_for(verifier, random_drafter)
-    with torch.no_grad():
-        head.w_s.normal_(0, 0.3)
-    return {"same": (copy.deepcopy(verifier), None), "steered": (random_drafter, head)}
 
 
 def _run(verifier, drafter, head, config, costs=None):
