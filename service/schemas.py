@@ -27,18 +27,6 @@ from service.settings import NAME_PATTERN
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
 
 
-def _unicode_text(value: str) -> str:
-    """Refuse a lone surrogate ("\\ud800" is valid JSON but not text: no tokenizer or store takes it)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(f"must be Unicode text; a lone surrogate at position {err.start}") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(_unicode_text)]  # free text that reaches models and the store
-
-
 def _iso_8601(value: object) -> object:
     """Only ISO 8601 text is a date here: pydantic would take "0.5" as a Unix timestamp."""
     if isinstance(value, datetime):
@@ -67,11 +55,27 @@ PROMPT_CAP = 1_000_000
 TOKENS_CAP = 1_000_000
 
 
+def _unicode_text(value: str) -> str:
+    """Refuse a lone surrogate ("\\ud800" is valid JSON but not text: no tokenizer or store takes it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"must be Unicode text; a lone surrogate at position {err.start}") from None
+    return value
+
+
+# Free text that reaches the models and the store: its length limits first (their own messages), then
+# the Unicode check.
+PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CAP), AfterValidator(_unicode_text)]
+TrainText = Annotated[str, Field(min_length=1), AfterValidator(_unicode_text)]
+LabelText = Annotated[str, Field(max_length=200), AfterValidator(_unicode_text)]
+
+
 class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     role: Literal["system", "user", "assistant"]
-    content: Text = Field(min_length=1, max_length=PROMPT_CAP)
+    content: PromptText
 
 
 class DecodeSettings(BaseModel):
@@ -107,7 +111,7 @@ class DecodeSettings(BaseModel):
     )
     steering: bool = Field(True, description="use the drafter's SD² head when it has one")
     chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
-    prompt: Text | None = Field(None, min_length=1, max_length=PROMPT_CAP, examples=["Why is the sky blue?"])
+    prompt: PromptText | None = Field(None, examples=["Why is the sky blue?"])
     messages: list[Message] | None = Field(None, min_length=1, max_length=256)
     prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
 
@@ -337,7 +341,7 @@ class TrainIn(BaseModel):
     name: Name = Field(description="name of the drafter the job registers")
     method: Literal["pretrain", "distill", "sd2"] = "pretrain"
     base_drafter: Name
-    data: list[Annotated[Text, Field(min_length=1)]] | None = Field(
+    data: list[TrainText] | None = Field(
         None, max_length=10_000, description="training texts; default: a few built-in sentences"
     )
     steps: int = Field(20, ge=1, le=1_000_000)
@@ -410,7 +414,7 @@ class BenchmarkIn(BaseModel):
     cells: list[BenchCellIn] = Field(min_length=1, max_length=10_000)
     best_k: list[dict] = Field(default_factory=list, max_length=1_000)
     generations: list[dict] | None = None
-    label: Text | None = Field(None, max_length=200)
+    label: LabelText | None = None
 
 
 class BenchmarkSummary(BaseModel):
