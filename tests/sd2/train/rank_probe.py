@@ -43,7 +43,9 @@ def main() -> None:
         "batches": shards.drawn,
         "verifier_device": str(verifier.get_input_embeddings().weight.device),
     }
-    Path(f"{out_prefix}.rank{state.process_index}.json").write_text(json.dumps(report))
+    out = Path(f"{out_prefix}.rank{state.process_index}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)  # only rank 0 saves the checkpoint that creates it
+    out.write_text(json.dumps(report))
 
 
 if __name__ == "__main__":
