@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from service.app import create_app
+from launcher.serve import build_app
 from service.settings import Settings
 from service.threaded import loopback_socket, serve_in_thread
 
@@ -62,7 +62,7 @@ def main() -> None:
         sock = loopback_socket()  # bound first: the mounted UI's client must know the port
         db_url = f"sqlite:///{Path(tmp) / 'shots.db'}"
         settings = replace(Settings.from_env(), database_url=db_url, port=sock.getsockname()[1])
-        with serve_in_thread(create_app(settings, mount_ui=True), sock=sock) as url:
+        with serve_in_thread(build_app(settings), sock=sock) as url:
             for path in take(url, args.out):
                 print(path)
 

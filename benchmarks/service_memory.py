@@ -1,6 +1,6 @@
 """Issue 4's memory check: the server's RSS with the embedded pair loaded, idle and under load.
 
-Starts the real server (`python -m sd2.cli serve`, i.e. uvicorn, on a free 127.0.0.1 port) as a
+Starts the real server (`python -m launcher serve`, i.e. uvicorn, on a free 127.0.0.1 port) as a
 subprocess with SD2_HOME (the converted verifier) and a fresh SQLite file, waits for /health, then
 samples the resident set size of the server *and its children* (psutil) every 50 ms:
   1. idle: for --idle-s seconds after /health answered;
@@ -73,7 +73,7 @@ def tree_rss(process: psutil.Process) -> int:
 def running_server(env: Mapping[str, str], timeout_s: float = 300.0) -> Iterator[tuple[str, psutil.Process]]:
     """`sd2 serve` on a free loopback port in a subprocess; yields (base URL, its psutil.Process)."""
     port = free_port()
-    command = [sys.executable, "-m", "sd2.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "launcher", "serve", "--host", "127.0.0.1", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile(mode="w+") as log:
         server = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)

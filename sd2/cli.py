@@ -1,29 +1,20 @@
-"""The `sd2` command line."""
+"""The library's commands: `generate`, `bench`, `train`, `data` (`python -m sd2`).
+
+The `sd2` console script (`launcher.cli`) adds `serve` and `ui` on top; this module imports neither the
+service nor the UI."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
+from sd2.cli_args import add_placement_arguments, parse_drafters
 from sd2.config import parse_k
-from sd2.placement_args import add_placement_arguments
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
-
-
-def parse_drafters(values: Sequence[str]) -> dict[str, str]:
-    """--drafter PATH or NAME=PATH (repeatable); a bare path is named after its folder."""
-    drafters = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep:
-            path, name = value, os.path.basename(os.path.normpath(value))
-        drafters[name] = path
-    return drafters
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -119,28 +110,6 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _add_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="start the REST service (FastAPI + SQLite trace store) with uvicorn")
-    p.add_argument("--host", default=None, help="bind address (default: $SD2_HOST or 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="default: $SD2_PORT or 8000")
-    p.add_argument("--drafter", action="append", default=[], metavar="NAME=PATH", help="add a drafter folder")
-    p.add_argument("--no-ui", action="store_true", help="serve the REST API only (no browser UI at /)")
-    p.add_argument(
-        "--verifier",
-        default=None,
-        help="hub id or folder (default: $SD2_VERIFIER, else the embedded SmolLM2-135M-Instruct)",
-    )
-    add_placement_arguments(p)  # --device and --dtype, over $SD2_DEVICE and $SD2_DTYPE
-
-    def run(args: argparse.Namespace) -> int:
-        from service.cli import serve  # the web stack is imported only by this command
-
-        models = {"verifier": args.verifier, "device": args.device, "dtype": args.dtype}
-        return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui, **models)
-
-    p.set_defaults(func=run)
-
-
 def _add_train(sub: argparse._SubParsersAction) -> None:
     from sd2.train.cli import add_train_parser  # argparse only; torch-heavy imports wait for the run
 
@@ -153,37 +122,29 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     add_data_parser(sub)
 
 
-def _add_ui(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ui", help="start the browser UI alone, talking to a running `sd2 serve` over HTTP")
-    p.add_argument(
-        "--api", default=None, help="service base URL (default: $SD2_API_URL or http://127.0.0.1:8000)"
-    )
-    p.add_argument("--host", default="127.0.0.1", help="UI bind address (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7860, help="UI port (default: 7860)")
-
-    def run(args: argparse.Namespace) -> int:
-        from app.cli import DEFAULT_API, run_ui  # gradio is imported only by this command
-
-        return run_ui(args.api or os.environ.get("SD2_API_URL", DEFAULT_API), args.host, args.port)
-
-    p.set_defaults(func=run)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sd2", description="Steered speculative decoding lab (SD²).")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_library_commands(sub: argparse._SubParsersAction) -> None:
+    """generate, bench, train and data: the commands that need only the `sd2` package."""
     _add_generate(sub)
-    _add_serve(sub)
     _add_bench(sub)
     _add_train(sub)
     _add_data(sub)
-    _add_ui(sub)
+
+
+def new_parser(prog: str = "sd2") -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The top-level parser (with -v) and its empty subcommand set, for this module and the launcher."""
+    parser = argparse.ArgumentParser(prog=prog, description="Steered speculative decoding lab (SD²).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, sub = new_parser("python -m sd2")
+    add_library_commands(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv`, set up logging and run the chosen command; a bad value is exit code 2 with one line."""
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
@@ -193,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"sd2: error: {err}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":

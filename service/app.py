@@ -35,12 +35,10 @@ Every generation is stored as a run with its blocks and token events. Errors are
 `detail[].loc` names the offending field; a rejected request writes nothing."""
 
 
-def create_app(
-    settings: Settings, engine: Engine | None = None, train_fn: TrainFn | None = None, mount_ui: bool = False
-) -> FastAPI:
+def create_app(settings: Settings, engine: Engine | None = None, train_fn: TrainFn | None = None) -> FastAPI:
     """Build the app. `engine` and `train_fn` may be injected (tests, embedding); by default the
-    lifespan loads the pair named in `settings` and trains with `RecipeTrainer` (sd2.train).
-    `mount_ui` serves the browser UI (`app/`, needs the `app` extra) at `/` beside the API routes."""
+    lifespan loads the pair named in `settings` and trains with `RecipeTrainer` (sd2.train). The API
+    only: the launcher (`launcher.serve.build_app`) mounts the browser UI beside these routes."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,17 +61,7 @@ def create_app(
     install_handlers(app)
     for module in (generate, compare, runs, benchmarks, drafters, train, health):
         app.include_router(module.router)
-    if mount_ui:
-        app = _with_ui(app, settings)
     return app
-
-
-def _with_ui(api: FastAPI, settings: Settings) -> FastAPI:
-    """The UI at `/`, mounted after the API routes so it never shadows them. Imported only here, so
-    the service runs without gradio when the UI is not wanted; the UI talks to this same server."""
-    from app.mount import mount_ui
-
-    return mount_ui(api, settings.host, settings.port)
 
 
 def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) -> Services:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Names that may become dict keys, DB values and folder names under SD2_HOME/drafters: no slashes,
@@ -76,3 +76,29 @@ class Settings:
             max_new_tokens=int(env.get("SD2_MAX_NEW_TOKENS", cls.max_new_tokens)),
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
         )
+
+
+def serve_settings(
+    host: str | None,
+    port: int | None,
+    drafters: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    **models: str | None,
+) -> Settings:
+    """Environment settings with the command line's host, port, extra drafters and the models'
+    `verifier`, `device` and `dtype` (each None: keep the environment's) on top."""
+    settings = Settings.from_env(os.environ if env is None else env)
+    unknown = set(models) - {"verifier", "device", "dtype"}
+    if unknown:
+        raise TypeError(f"unknown model settings: {sorted(unknown)}")
+    settings = replace(settings, **{key: value for key, value in models.items() if value is not None})
+    bad = [name for name in drafters if not is_safe_name(name)]
+    if bad:
+        raise ValueError(f"--drafter names must be plain names (letters, digits, _ . -), got {bad}")
+    merged = {**dict(settings.drafters), **drafters}
+    return replace(
+        settings,
+        host=host or settings.host,
+        port=settings.port if port is None else port,
+        drafters=tuple(merged.items()),
+    )

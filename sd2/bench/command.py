@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sd2.cli_args import add_placement_arguments, parse_drafters
 from sd2.config import parse_k
-from sd2.placement_args import add_placement_arguments
 
 if TYPE_CHECKING:
     from sd2.bench.plan import BenchPlan
@@ -132,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     from sd2.bench.harness import run_bench
     from sd2.bench.prompts import load_prompt_sets
     from sd2.bench.report import RunInfo, write_outputs
-    from sd2.cli import parse_drafters
     from sd2.embedded import sd2_home
     from sd2.engine import Engine
 

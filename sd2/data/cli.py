@@ -1,6 +1,6 @@
 """`sd2 data ...`: build the held-out prompt sets, answer training prompts with the verifier, pack shards.
 
-`sd2/cli.py` calls `add_data_parser(sub)`; each subcommand's function takes the parsed args and
+`sd2.cli` calls `add_data_parser(sub)`; each subcommand's function takes the parsed args and
 returns an exit code. Heavy imports happen inside the functions, so `sd2 --help` stays fast.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from sd2.placement_args import add_placement_arguments
+from sd2.cli_args import add_placement_arguments
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sd2.placement_args import add_placement_arguments
+from sd2.cli_args import add_placement_arguments
 from sd2.train.config import PRECISIONS
 
 

@@ -40,11 +40,11 @@ def ui_drafters(tmp_path_factory, tiny_pair_dir) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def live_ui(tmp_path_factory, tiny_pair_dir, ui_drafters) -> Iterator[str]:
-    """Base URL of `create_app(settings, mount_ui=True)` served by uvicorn on a free loopback port."""
+    """Base URL of `launcher.serve.build_app` (API + UI) served by uvicorn on a free loopback port."""
     import torch
 
+    from launcher.serve import build_app
     from sd2.engine import Engine
-    from service.app import create_app
     from service.settings import Settings
     from service.threaded import loopback_socket, serve_in_thread
 
@@ -58,7 +58,7 @@ def live_ui(tmp_path_factory, tiny_pair_dir, ui_drafters) -> Iterator[str]:
     )  # fmt: skip
     engine = Engine.load(str(verifier_dir), drafters, device="cpu")
     engine.stream = _paced(engine.stream, BLOCK_DELAY_S)
-    with serve_in_thread(create_app(settings, engine=engine, mount_ui=True), sock=sock) as url:
+    with serve_in_thread(build_app(settings, engine=engine), sock=sock) as url:
         yield url
 
 

@@ -86,7 +86,7 @@ def test_decode_body_sends_history_as_messages():
 
 
 def test_sd2_ui_command_is_wired():
-    from sd2.cli import build_parser
+    from launcher.cli import build_parser
 
     args = build_parser().parse_args(["ui", "--api", "http://127.0.0.1:8123", "--port", "7999"])
     assert (args.api, args.host, args.port) == ("http://127.0.0.1:8123", "127.0.0.1", 7999)

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from service.cli import serve_settings
+from service.settings import serve_settings
 
 
 def test_flags_override_environment_and_add_drafters(tmp_path):
@@ -39,7 +39,7 @@ def test_the_models_flags_override_the_environment(tmp_path):
 
 def test_sd2_serve_refuses_a_device_it_cannot_use_before_starting(tmp_path):
     env = {**os.environ, "SD2_HOME": str(tmp_path)}
-    command = [sys.executable, "-m", "sd2.cli", "serve", "--no-ui", "--port", "0", "--device", "cuda:7"]
+    command = [sys.executable, "-m", "launcher", "serve", "--no-ui", "--port", "0", "--device", "cuda:7"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "sd2: error: --device 'cuda:7' was requested" in done.stderr
@@ -55,7 +55,7 @@ def test_sd2_serve_starts_the_service_on_loopback(tmp_path, tiny_pair_dir):
     command = [
         sys.executable,
         "-m",
-        "sd2.cli",
+        "launcher",
         "serve",
         "--port",
         str(port),

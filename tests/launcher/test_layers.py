@@ -1,0 +1,93 @@
+"""The layers (docs/architecture.md): `launcher` on top composes `app`, `service` and `sd2`; `app` talks to
+the service over HTTP only; `service` sits on `sd2`; `sd2` imports none of them.
+
+Read from the source of every module, every `import` statement counted wherever it stands (module level,
+inside a function, under `if TYPE_CHECKING:`), so a lazy import cannot hide an upward dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("launcher", "app", "service", "sd2")
+# package → the project packages it may import (besides itself)
+ALLOWED = {
+    "launcher": {"app", "service", "sd2"},
+    "app": set(),
+    "service": {"sd2"},
+    "sd2": set(),
+}
+
+
+def _imported_packages(path: Path, package: str) -> dict[str, int]:
+    """Project packages that the module at `path` imports → the first line that does."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [package] if node.level else [node.module or ""]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in PACKAGES:
+                found.setdefault(top, node.lineno)
+    return found
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        package: {top for path in _modules(package) for top in _imported_packages(path, package)} - {package}
+        for package in PACKAGES
+    }
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_imports_only_the_layers_below_it(package):
+    modules = _modules(package)
+    assert len(modules) > 1, f"no modules found under {ROOT / package}"
+    violations = [
+        f"{path.relative_to(ROOT)}:{line} imports {top}"
+        for path in modules
+        for top, line in _imported_packages(path, package).items()
+        if top != package and top not in ALLOWED[package]
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_package_graph_has_no_cycle_and_the_launcher_alone_composes():
+    graph = _graph()
+    assert graph["launcher"] == {"app", "service", "sd2"}  # the launcher really is the composition
+    assert not any(package in targets for package, targets in graph.items() if package != "launcher")
+    order, seen = [], set()
+
+    def visit(package: str, path: tuple[str, ...]) -> None:
+        assert package not in path, f"import cycle: {' → '.join((*path, package))}"
+        if package in seen:
+            return
+        for target in sorted(graph[package]):
+            visit(target, (*path, package))
+        seen.add(package)
+        order.append(package)
+
+    for package in PACKAGES:
+        visit(package, ())
+    assert order.index("sd2") < order.index("service") < order.index("launcher")
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
+    """Negative control: an import inside a function and a relative import are both found."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from . import sibling\ndef f():\n    from service.app import create_app\n    import app.mount\n"
+    )
+    assert _imported_packages(module, "sd2") == {"sd2": 1, "service": 3, "app": 4}
