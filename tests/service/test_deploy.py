@@ -212,6 +212,18 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored(dockerfile):
     assert {".venv", ".git", "*.db"} <= ignored
 
 
+def test_dockerfile_installs_every_package_of_the_project(dockerfile):
+    """The console script lives in `launcher`: an image without one of the packages cannot start."""
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*") for pattern in include["include"]}
+    assert {"sd2", "service", "app", "launcher"} <= packages
+    copied = {args.split()[0] for keyword, args in dockerfile if keyword == "COPY"}
+    stubs = next(args for keyword, args in dockerfile if keyword == "RUN" and "pip install -e" in args)
+    for package in packages:
+        assert package in copied, f"the Dockerfile does not COPY {package}"
+        assert f"{package}/__init__.py" in stubs, f"no install-time stub for {package}"
+
+
 def _env(dockerfile: list[tuple[str, str]]) -> set[str]:
     return {pair for keyword, args in dockerfile if keyword == "ENV" for pair in args.split()}
 
