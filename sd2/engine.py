@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -29,6 +31,8 @@ from sd2.models import (
 from sd2.prompts import encode_prompt
 from sd2.shipped import shipped_drafters
 from sd2.trace import Block
+
+log = logging.getLogger(__name__)
 
 VERIFIER_METHOD = "verifier"  # plain autoregressive decoding of the verifier: the baseline
 SELF_METHOD = "self"  # the verifier drafts for itself: a sanity check that must reach τ = k + 1
@@ -111,6 +115,7 @@ class Engine:
         dtype: str | None = None,
         batch_invariant: bool = True,
         draft_vocab: bool = True,
+        home: Path | None = None,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
@@ -120,13 +125,17 @@ class Engine:
         runs the verifier on kernels whose row results do not depend on the forward's length, which
         exactness needs (sd2.invariant); False keeps transformers' kernels (faster, not exact).
         `draft_vocab` (the default) drafts over each drafter's reduced vocabulary when it ships one.
+        `home` holds the converted embedded verifier (default `sd2.paths.sd2_home()`).
         """
         placement = default_placement(device, dtype)
-        path = resolve_model_path(verifier)
+        path = resolve_model_path(verifier, home)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
         if batch_invariant:
             make_batch_invariant(model)
-        wanted = {**(shipped_drafters() if shipped and verifier is None else {}), **(drafters or {})}
+        found = shipped_drafters() if shipped and verifier is None else {}
+        if shipped and verifier is None and not found:
+            log.warning("no shipped drafters found (set $SD2_ASSETS to a checkout's assets/ folder)")
+        wanted = {**found, **(drafters or {})}
         loaded = {
             name: load_drafter(name, drafter_path, placement, model, tokenizer, draft_vocab=draft_vocab)
             for name, drafter_path in wanted.items()

