@@ -1,6 +1,6 @@
 """Headline cards (τ, acceptance rate, α̂, tokens/s, speed-up) and small status boxes, as HTML.
 
-Each number carries its convention (DESIGN.md §3) in a caption under it.
+Each number carries its convention (docs/metrics.md) in a caption under it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ DEFAULT_API = "http://127.0.0.1:8000"
 
 
 def offline_env() -> None:
-    """No analytics pings, no hub look-ups: the UI works fully offline (OFFLINE.md)."""
+    """No analytics pings, no hub look-ups: the UI works fully offline (docs/embedded.md#gotchas)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -87,7 +87,7 @@ class ApiClient:
 
     # --- decoding -------------------------------------------------------------------------------
     def generate(self, body: dict) -> dict:
-        """POST /generate without streaming: the whole result (DESIGN.md §6) plus run_id."""
+        """POST /generate without streaming: the whole result (docs/trace.md#a-generation) plus run_id."""
         return self._request("POST", "/generate", json={**body, "stream": False}).json()
 
     def generate_stream(self, body: dict) -> Iterator[dict]:

@@ -1,6 +1,6 @@
 """Plotly figure builders for the UI. Pure: plain dicts from the API in, a `go.Figure` out.
 
-Conventions (DESIGN.md §3): τ = mean over complete blocks of (accepted drafts + 1); per-position
+Conventions (docs/metrics.md): τ = mean over complete blocks of (accepted drafts + 1); per-position
 acceptance P(≥ i accepted) is unconditional; S(α, k, c) = (1 − α^{k+1}) / ((1 − α)(1 + c·k)).
 """
 

@@ -1,4 +1,4 @@
-"""The per-token trace (DESIGN.md §4) as HTML spans, coloured as in the paper's Table 2.
+"""The per-token trace (docs/trace.md) as HTML spans, coloured as in the paper's Table 2.
 
 accepted green, rejected red struck through, discarded grey, resampled/bonus blue. Colours are
 inline styles (exact, independent of the theme); token text is always escaped; each block is one

@@ -1,6 +1,6 @@
 """`build_ui(client)` → the Gradio Blocks of the sd2 lab: Generate, Compare, Train, History, Theory.
 
-The UI only talks to the REST API through `client` (DESIGN.md §1); behaviour lives in
+The UI only talks to the REST API through `client` (docs/architecture.md#import-rules); behaviour lives in
 `app.handlers`, rendering in `app.trace_html`, `app.cards` and `app.plots`.
 """
 

@@ -58,7 +58,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         help="run the verifier on transformers' own kernels: faster on some CPUs, but a verify's logits "
         "then depend on its length, so output is no longer guaranteed identical to the verifier's",
     )
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object (DESIGN.md §6)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object (docs/trace.md)")
     p.add_argument("--no-color", action="store_true")
     p.set_defaults(func=_generate)
 

@@ -1,8 +1,8 @@
 """The decoding engine: verifier-only decoding (the baseline) and chain speculative decoding with
 optional SD² steering, both KV-cached, batch size 1, yielding one trace `Block` per verifier forward.
 
-One speculative block (DESIGN.md §2.1), with committed tokens x_1..x_m of which x_m is not yet in
-either KV cache:
+One speculative block (docs/math.md#the-speculative-decoding-block), with committed tokens x_1..x_m of
+which x_m is not yet in either KV cache:
     1. draft   k tokens from the drafter, steered by the vector of the previous block
     2. verify  [x_m, d_1..d_k] in one verifier forward → k+1 target distributions
     3. accept  Leviathan's rule (or argmax match at T = 0) → n accepted + one extra token

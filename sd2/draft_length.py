@@ -13,9 +13,9 @@ The confidence stop (the idea of HF's `assistant_confidence_threshold` and SpecD
 once the drafter's probability of its latest draft is ≤ `DecodeConfig.draft_threshold`.
 
 Both are exact: the draft length depends only on the drafter's own draws and on tokens already
-committed, and every position is still judged by the same rule (DESIGN.md §2), so the output keeps the
-verifier's distribution. A threshold of 0 never stops (a drafted token has q > 0); 1 always stops after
-the first draft (q ≤ 1).
+committed, and every position is still judged by the same rule
+(docs/math.md#acceptance-and-rejection-sampling), so the output keeps the verifier's distribution.
+A threshold of 0 never stops (a drafted token has q > 0); 1 always stops after the first draft (q ≤ 1).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class GenerateRequest:
 
 @dataclass
 class GenerationResult:
-    """The outcome of one generation, with its full per-block trace (DESIGN.md §6)."""
+    """The outcome of one generation, with its full per-block trace (docs/trace.md#a-generation)."""
 
     text: str
     token_ids: list[int]

@@ -1,4 +1,4 @@
-"""Acceptance and speed metrics of a generation, each with its convention (DESIGN.md §3)."""
+"""Acceptance and speed metrics of a generation, each with its convention (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-token trace: one record per block, the heart of the UI and the DB (DESIGN.md §4)."""
+"""The per-token trace: one record per block, the heart of the UI and the DB (docs/trace.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Database engine and sessions: SQLite in WAL mode with `BEGIN IMMEDIATE` writes, or any SQLAlchemy URL.
 
-Why WAL + BEGIN IMMEDIATE (OFFLINE.md): with pysqlite's default transaction handling concurrent
+Why WAL + BEGIN IMMEDIATE (docs/embedded.md#gotchas): with pysqlite's default transaction handling concurrent
 writers lost updates, and a deferred `BEGIN` failed with "database is locked" when two readers tried
 to upgrade to writers at once. WAL lets readers run beside a writer; `BEGIN IMMEDIATE` takes the
 write lock up front, so writers queue on the busy timeout instead of failing.

@@ -1,4 +1,6 @@
-"""SQLAlchemy 2 models of the trace store (DESIGN.md §6). API schemas live in `service.schemas`."""
+"""SQLAlchemy 2 models of the trace store (docs/trace.md#what-the-database-stores).
+
+API schemas live in `service.schemas`."""
 
 from __future__ import annotations
 

@@ -197,7 +197,7 @@ class BlockOut(BaseModel):
 
 
 class MetricsOut(BaseModel):
-    """sd2.metrics.GenerationMetrics; conventions in DESIGN.md §3."""
+    """sd2.metrics.GenerationMetrics; conventions in docs/metrics.md."""
 
     n_tokens: int
     n_blocks: int
@@ -230,7 +230,7 @@ class ConfigOut(BaseModel):
 
 
 class GenerationOut(BaseModel):
-    """DESIGN.md §6: GenerationResult.to_dict() plus the id of the stored run."""
+    """docs/trace.md#a-generation: GenerationResult.to_dict() plus the id of the stored run."""
 
     run_id: int
     text: str

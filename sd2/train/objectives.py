@@ -1,4 +1,6 @@
-"""Per-batch losses of the three recipes (DESIGN.md §2.3). Positions: `offsets.trained_positions`."""
+"""Per-batch losses of the three recipes (docs/math.md#training-objectives).
+
+Positions: `offsets.trained_positions`."""
 
 from __future__ import annotations
 

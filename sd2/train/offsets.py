@@ -1,4 +1,5 @@
-"""Which verifier position steers each drafter input position during training (DESIGN.md §2.2).
+"""Which verifier position steers each drafter input position during training
+(docs/math.md#the-steering-vector).
 
 The drafter at input position s (predicting x_{s+1}) is steered by the verifier state at s − δ,
 δ ~ U{1..k} drawn per position. This is what decoding does: draft step j of a block feeds position

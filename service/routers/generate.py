@@ -33,7 +33,7 @@ STREAM_DOC = (
     "/generate",
     response_model=GenerationOut,
     summary="Decode one prompt and store the run",
-    description="Returns DESIGN.md §6's JSON plus `run_id`. " + STREAM_DOC,
+    description="Returns the JSON of docs/trace.md#a-generation plus `run_id`. " + STREAM_DOC,
     responses={
         200: {"content": {"application/x-ndjson": {}}},
         413: {"description": "request body too large"},

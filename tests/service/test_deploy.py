@@ -1,4 +1,4 @@
-"""The Dockerfile and docker-compose.yml, checked offline (no Docker engine here; see OFFLINE.md).
+"""The Dockerfile and docker-compose.yml, checked offline (no Docker engine here: docs/embedded.md#gotchas).
 
 The compose file is validated against the Compose Specification's JSON schema (check-jsonschema's
 vendored copy), with a broken copy as a negative control, then its structure is asserted: services,

@@ -16,7 +16,7 @@ def test_generate_returns_design_json_and_stores_exactly_it(client, settings):
     response = client.post("/generate", json=body)
     assert response.status_code == 200
     data = response.json()
-    assert set(data) == set(GenerationOut.model_fields)  # DESIGN.md §6 fields + run_id, nothing else
+    assert set(data) == set(GenerationOut.model_fields)  # the fields of docs/trace.md + run_id
     GenerationOut.model_validate(data)
     assert data["method"] == "tiny" and data["config"]["k"] == 4
     assert data["token_ids"] == [t["token_id"] for b in data["blocks"] for t in _emitted(b)]

@@ -1,4 +1,5 @@
-"""/health, /version, /drafters, the OpenAPI document, and the package boundary (DESIGN.md §1)."""
+"""/health, /version, /drafters, the OpenAPI document, and the package boundary
+(docs/architecture.md#import-rules)."""
 
 from __future__ import annotations
 

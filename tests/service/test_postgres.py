@@ -1,4 +1,4 @@
-"""The same service on PostgreSQL (DESIGN.md §7, the compose `postgres` profile): opt-in.
+"""The same service on PostgreSQL (docs/scale-out.md, the compose `postgres` profile): opt-in.
 
 Set SD2_TEST_POSTGRES_URL to a server where the user may create databases, e.g.
 `postgresql+psycopg://sd2@127.0.0.1:5432/sd2`; each test creates a fresh database next to the named
