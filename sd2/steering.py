@@ -1,4 +1,4 @@
-"""The SD² steering head and its injection into a drafter (DESIGN.md §2.2).
+"""The SD² steering head and its injection into a drafter (docs/math.md#the-steering-vector).
 
     g      = W_hml [h_low; h_mid; h_high] + b_hml        W_hml [D_v, 3·D_v], initialised to [I | I | I], b = 0
     u      = LayerNorm(g)                                (as in the official implementation)
@@ -61,7 +61,9 @@ class SteeringHead(nn.Module):
         super().__init__()
         self.config = config
         d_v, n_feat = config.verifier_hidden, len(config.verifier_layers)
-        self.hml = nn.Linear(n_feat * d_v, d_v)
+        # skip_init: Linear's random init would draw from (and advance) the process's global RNG, and
+        # both of its tensors are set just below
+        self.hml = nn.utils.skip_init(nn.Linear, n_feat * d_v, d_v)
         self.norm = nn.LayerNorm(d_v, eps=config.layernorm_eps)
         self.w_s = nn.Parameter(torch.zeros(len(config.drafter_layers), config.drafter_ffn, d_v))
         with torch.no_grad():  # g = h_low + h_mid + h_high at init

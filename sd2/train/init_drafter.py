@@ -24,9 +24,9 @@ def new_drafter(verifier: nn.Module, shape: DrafterShape = DrafterShape(), seed:
     """Random transformer layers; tied embeddings = the verifier's, projected onto their top principal axes.
 
     The projection keeps the geometry of the verifier's token space, so the drafter starts with
-    meaningful token similarities instead of noise (its layers still learn everything else).
+    meaningful token similarities instead of noise (its layers still learn everything else). The random
+    layers come from `seed` alone, and the process's global RNG is left as it was.
     """
-    torch.manual_seed(seed)
     v_config = verifier.config
     config = LlamaConfig(
         vocab_size=v_config.vocab_size,
@@ -43,7 +43,9 @@ def new_drafter(verifier: nn.Module, shape: DrafterShape = DrafterShape(), seed:
         pad_token_id=getattr(v_config, "pad_token_id", None),
         tie_word_embeddings=True,
     )
-    drafter = LlamaForCausalLM(config)
+    with torch.random.fork_rng(devices=[]):  # transformers initialises from the global RNG: seed a fork
+        torch.manual_seed(seed)
+        drafter = LlamaForCausalLM(config)
     with torch.no_grad():
         drafter.get_input_embeddings().weight.copy_(project_embeddings(verifier, shape.hidden))
     return drafter
