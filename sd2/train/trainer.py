@@ -6,7 +6,7 @@ import logging
 import platform
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,8 +70,46 @@ class _Recipe(nn.Module):
         return params + (list(self.head.parameters()) if self.head is not None else [])
 
 
+class _RunRng:
+    """This run's own state of the global RNGs, in place only while the run computes (`active`).
+
+    Randomness the trainer asks for takes an explicit generator (`Trainer.generator`: batch order, δ
+    offsets). Modules draw from the process's global RNG instead and take no generator (dropout, which
+    a drafter's config may enable): inside `active` they draw from this run's seeded state, and the
+    process's own states (the CPU one and, on a GPU, that device's) are back in place when it ends. The
+    trainer computes while holding its model lock, so no decode of a serving process runs meanwhile.
+    """
+
+    def __init__(self, seed: int, device: torch.device):
+        self.cpu_state = torch.Generator().manual_seed(seed).get_state()  # = what torch.manual_seed sets
+        self.device = device if device.type == "cuda" else None
+        self.device_state = (
+            torch.Generator(device=device).manual_seed(seed).get_state() if self.device is not None else None
+        )
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        devices = [self.device] if self.device is not None else []
+        with torch.random.fork_rng(devices=devices, device_type="cuda"):  # restores the process's states
+            torch.set_rng_state(self.cpu_state)
+            if self.device is not None:
+                torch.cuda.set_rng_state(self.device_state, self.device)
+            try:
+                yield
+            finally:
+                self.cpu_state = torch.get_rng_state()
+                if self.device is not None:
+                    self.device_state = torch.cuda.get_rng_state(self.device)
+
+
 class Trainer:
-    """Runs one TrainConfig to completion (or cancellation), checkpointing and resuming from out_dir."""
+    """Runs one TrainConfig to completion (or cancellation), checkpointing and resuming from out_dir.
+
+    It leaves process-wide state alone (a serving process runs it beside its decodes): CPU threads are
+    the caller's to set (`sd2 train` applies `TrainConfig.threads`, the Trainer does not), and the seed
+    drives this run's own generators (`generator`, `rng`), never the process's global RNG state.
+    Build one with `sd2.train.build.build_trainer`.
+    """
 
     def __init__(
         self,
@@ -90,8 +128,6 @@ class Trainer:
             raise ValueError(f"objective {config.objective} needs the verifier")
         if config.objective == "sd2" and head is None:
             raise ValueError("objective sd2 needs a steering head")
-        if config.threads:
-            torch.set_num_threads(config.threads)
         per_epoch = len(data.train) // config.batch_size
         if config.skip_batches and config.skip_batches >= per_epoch:
             raise ValueError(
@@ -112,7 +148,6 @@ class Trainer:
         )
         self.accelerator = Accelerator(cpu=on_cpu, mixed_precision="no")
         self.bf16 = autocast_precision(config.precision) == "bf16"
-        torch.manual_seed(config.seed)
         self.recipe = _Recipe(config, drafter, head if config.objective == "sd2" else None, verifier)
         if verifier is not None:
             verifier.requires_grad_(False).eval()
@@ -128,6 +163,7 @@ class Trainer:
             self.recipe, self.optimizer, self.scheduler
         )
         self.generator = torch.Generator(device=self.accelerator.device).manual_seed(config.seed)
+        self.rng = _RunRng(config.seed, self.accelerator.device)
         self.step, self.epoch, self.tokens_seen, self.wall_s = 0, 0, 0, 0.0
         self.batch_index = config.skip_batches  # a resumed run overwrites it with its saved position
         self.history: list[dict] = []
@@ -183,6 +219,10 @@ class Trainer:
         return self.save(final_metrics=final, cancelled=self._cancelled)
 
     def _optimizer_step(self, data: Iterator[Batch]) -> dict[str, float]:
+        with self.rng.active():
+            return self._accumulate(data)
+
+    def _accumulate(self, data: Iterator[Batch]) -> dict[str, float]:
         totals: dict[str, float] = {}
         for _ in range(self.config.grad_accum):
             batch = _to_device(next(data), self.accelerator.device)
@@ -237,6 +277,10 @@ class Trainer:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Held-out loss (and agreement) plus τ measured by decoding held-out prompts with the engine."""
+        with self.rng.active():
+            return self._validate()
+
+    def _validate(self) -> dict[str, float]:
         recipe = self.unwrapped()
         recipe.eval()
         results: dict[str, float] = {}
@@ -283,7 +327,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": self.rng.cpu_state,
             "config": self.config.to_dict(),
         }
         card = {
@@ -317,7 +361,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
+        self.rng.cpu_state = state["torch_rng"]
         self.step, self.epoch, self.batch_index = state["step"], state["epoch"], state["batch_index"]
         self.tokens_seen, self.wall_s, self.history = state["tokens_seen"], state["wall_s"], state["history"]
         log.info("resumed %s at step %d", out, self.step)
