@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from sd2.steering import SteeringHead
-from sd2.train.run import load_trainable_drafter
+from sd2.train.build import load_trainable_drafter
 
 DRAFTERS = Path(__file__).resolve().parents[1] / "assets" / "drafters"
 

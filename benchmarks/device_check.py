@@ -130,7 +130,7 @@ def step_greedy(device: torch.device, args) -> dict:
 
 
 def step_train(device: torch.device, args) -> dict:
-    from sd2.train.trainer import Trainer
+    from sd2.train.build import StartingPoint, build_trainer
     from tests.sd2.train.tiny_runs import tiny_drafter, tiny_train_data, tiny_verifier, train_config
 
     results = {}
@@ -138,11 +138,11 @@ def step_train(device: torch.device, args) -> dict:
         data = tiny_train_data(Path(tmp) / "data")
         for objective in ("pretrain", "distill", "sd2"):
             verifier, drafter = tiny_verifier().to(device, torch.bfloat16), tiny_drafter()
-            head = new_head_for(verifier, drafter) if objective == "sd2" else None
             config = train_config(Path(tmp), objective, steps=3, eval_every=2, precision="bf16")
             try:
                 start = time.perf_counter()
-                Trainer(config, drafter, verifier if objective != "pretrain" else None, data, head).run()
+                start = StartingPoint(drafter, None, {})  # sd2: build_trainer adds a new head
+                build_trainer(config, verifier if objective != "pretrain" else None, data, start).run()
                 results[objective] = {"status": "pass", "seconds": round(time.perf_counter() - start, 2)}
             except Exception as err:
                 results[objective] = {"status": "fail", "error": f"{type(err).__name__}: {err}"}

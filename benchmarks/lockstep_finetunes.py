@@ -25,10 +25,9 @@ import torch
 
 from sd2.devices import default_placement
 from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
-from sd2.steering import new_head_for
+from sd2.train.build import build_trainer, starting_point
 from sd2.train.config import TrainConfig
 from sd2.train.lockstep import share_verifier
-from sd2.train.run import load_trainable_drafter
 from sd2.train.sources import training_data
 from sd2.train.trainer import TrainData, Trainer
 
@@ -44,9 +43,7 @@ def fine_tunes(root: Path, verifier, data: TrainData, steps: int, threads: int) 
             objective=objective, out_dir=str(root / name), steps=steps, lr=5e-4, warmup_steps=1, k=4,
             freeze_drafter=frozen, eval_every=0, save_every=0, seed=4, threads=threads, precision="bf16",
         )  # fmt: skip
-        drafter = load_trainable_drafter(BASE)
-        head = new_head_for(verifier, drafter, k=4) if objective == "sd2" else None
-        trainers.append(Trainer(config, drafter, verifier, data, head))
+        trainers.append(build_trainer(config, verifier, data, starting_point(BASE, config, verifier)))
     return trainers
 
 

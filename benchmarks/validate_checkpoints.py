@@ -16,12 +16,12 @@ import tempfile
 import torch
 
 from sd2.devices import default_placement
-from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path, stop_token_ids
+from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
 from sd2.steering import SteeringHead, has_steering_head
+from sd2.train.build import StartingPoint, build_trainer, load_trainable_drafter
 from sd2.train.config import TrainConfig
-from sd2.train.run import load_trainable_drafter
 from sd2.train.sources import validation_data
-from sd2.train.trainer import TrainData, Trainer
+from sd2.train.trainer import TrainData
 
 
 def main() -> int:
@@ -46,9 +46,7 @@ def main() -> int:
             config = TrainConfig(
                 objective="sd2" if head is not None else "distill", out_dir=f"{scratch}/unused", k=args.k
             )
-            trainer = Trainer(
-                config, drafter, verifier, data, head, tokenizer, stop_token_ids(verifier, tokenizer)
-            )
+            trainer = build_trainer(config, verifier, data, StartingPoint(drafter, head, {}), tokenizer)
             m = trainer.validate()
         print(
             f"| {folder} | {m['val_loss']:.3f} | {m['val_agreement']:.3f} | {m['val_tau']:.3f} |", flush=True

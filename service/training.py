@@ -1,9 +1,10 @@
 """The service's `train_fn`: the three `sd2 train` recipes (pretrain, distill, sd2) on request texts.
 
-A job fine-tunes a copy of a loaded drafter with `sd2.train.Trainer`, holding the server's model
-lock one optimiser step at a time (so /generate interleaves with a long job, and steering hooks on
-the shared verifier never overlap a decode). Texts come from the request, or a few built-in
-sentences; larger runs belong to the `sd2 train` command, whose checkpoints the server loads too.
+A job fine-tunes a copy of a loaded drafter with `sd2.train.Trainer`, built by `build_trainer` as
+`sd2 train` builds its own, holding the server's model lock one optimiser step at a time (so
+/generate interleaves with a long job, and steering hooks on the shared verifier never overlap a
+decode). Texts come from the request, or a few built-in sentences; larger runs belong to the
+`sd2 train` command, whose checkpoints the server loads too.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from pathlib import Path
 from sd2.data.batches import ShardSet
 from sd2.data.examples import Example
 from sd2.data.shards import ShardConfig, build_shards
-from sd2.models import context_length, stop_token_ids
+from sd2.models import context_length
 from sd2.prompts import encode_prompt
-from sd2.steering import new_head_for
+from sd2.train.build import StartingPoint, build_trainer
 from sd2.train.config import TrainConfig
-from sd2.train.trainer import TrainCallback, TrainData, Trainer
+from sd2.train.trainer import TrainCallback, TrainData
 from service.generation import ModelHost
 from service.jobs import OnMetric, TrainSpec
 
@@ -51,15 +52,8 @@ class RecipeTrainer:
             limit = context_length(base.model)
             if spec.seq_len > limit:
                 raise ValueError(f"seq_len {spec.seq_len} exceeds {spec.base_drafter!r}'s context of {limit}")
-            drafter = copy.deepcopy(base.model).float().train()
-            head = None
-            if spec.method == "sd2":
-                head = (
-                    copy.deepcopy(base.head)
-                    if base.head is not None
-                    else new_head_for(engine.verifier, drafter)
-                )
-                head = head.float().train()
+            drafter = copy.deepcopy(base.model)
+            head = copy.deepcopy(base.head) if spec.method == "sd2" and base.head is not None else None
         with tempfile.TemporaryDirectory(prefix="sd2-job-") as scratch:
             data = _request_data(engine.tokenizer, spec, Path(scratch))
             config = TrainConfig(
@@ -77,17 +71,14 @@ class RecipeTrainer:
                 eval_max_new_tokens=32,
                 precision=spec.precision,
             )
-            reporter = _MetricBuffer(on_metric, should_stop)
-            trainer = Trainer(
+            card = {"base": spec.base_drafter, "trainer": "service job (sd2.train)", "job_id": spec.job_id}
+            trainer = build_trainer(  # fp32 copies in training mode; a new head where the base has none
                 config,
-                drafter,
                 engine.verifier,
                 data,
-                head,
+                StartingPoint(drafter, head, card),
                 engine.tokenizer,
-                stop_token_ids(engine.verifier, engine.tokenizer),
-                callbacks=[reporter],
-                card={"base": spec.base_drafter, "trainer": "service job (sd2.train)", "job_id": spec.job_id},
+                callbacks=[_MetricBuffer(on_metric, should_stop)],
                 model_lock=self.host.lock,
             )
             out = trainer.run()

@@ -7,20 +7,12 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from sd2.devices import default_placement
-from sd2.models import (
-    drafter_weights_folder,
-    load_causal_lm,
-    load_tokenizer,
-    resolve_model_path,
-    stop_token_ids,
-)
-from sd2.steering import SteeringHead, has_steering_head, new_head_for
-from sd2.train.checkpoint import verify_checkpoint
+from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
+from sd2.train.build import build_trainer, starting_point
 from sd2.train.config import TrainConfig
-from sd2.train.init_drafter import DrafterShape, new_drafter
+from sd2.train.init_drafter import DrafterShape
 from sd2.train.lockstep import run_in_lockstep
 from sd2.train.sources import training_data
 from sd2.train.trainer import Trainer
@@ -111,7 +103,7 @@ def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_draft
 
 
 def _verifier_and_data(args: argparse.Namespace, config: TrainConfig):
-    if config.threads:
+    if config.threads:  # this command's process: the Trainer leaves the threads to its caller
         torch.set_num_threads(config.threads)
     verifier_path = resolve_model_path(args.verifier)
     verifier = load_causal_lm(verifier_path, rank_placement(getattr(args, "dtype", None)))
@@ -139,49 +131,14 @@ def _trainer(
     args: argparse.Namespace, config: TrainConfig, verifier, tokenizer, data, base: str | None
 ) -> Trainer:
     """The run's Trainer, starting from the `base` checkpoint (None: a fresh pretraining drafter)."""
-    drafter, head, card = _starting_point(base, args, config, verifier)
-    card = {**card, "base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
-    stop_ids = stop_token_ids(verifier, tokenizer)
-    return Trainer(config, drafter, verifier, data, head, tokenizer, stop_ids, card=card)
+    start = starting_point(base, config, verifier, _drafter_shape(args))
+    card = {"base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
+    return build_trainer(config, verifier, data, start, tokenizer, card=card)
 
 
-def load_trainable_drafter(path) -> torch.nn.Module:
-    """fp32 master weights whatever the checkpoint stores (shipped drafters are bf16; on a GPU the
-    trainer's autocast brings bf16 back for the forwards)."""
-    return AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(path)), dtype=torch.float32)
-
-
-def _starting_point(base: str | None, args, config: TrainConfig, verifier):
-    """pretrain: a fresh drafter (or, with a base, the checkpoint to keep pretraining); distill/sd2:
-    the base checkpoint (+ a new or existing head for sd2)."""
-    if config.objective == "pretrain" and base is None:
-        shape = DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)
-        return new_drafter(verifier, shape, seed=config.seed), None, {"architecture": shape.__dict__}
-    base_card = verify_checkpoint(base)
-    drafter = load_trainable_drafter(base)
-    head = None
-    if config.objective == "sd2":
-        head = (
-            SteeringHead.load(base).float()
-            if has_steering_head(base)
-            else new_head_for(verifier, drafter, k=config.k)
-        )
-    return drafter, head, {"initialised_from": str(base), "lineage": lineage(base_card)}
-
-
-def lineage(base_card: dict) -> list[dict]:
-    """The runs behind a starting checkpoint, most recent first: its own summary, then its lineage —
-    so a fine-tune's card tells every stage's recipe, data, steps and tokens, not only the last one."""
-    recipe = base_card.get("recipe") or {}
-    data = base_card.get("data") or {}
-    summary = {
-        "initialised_from": base_card.get("initialised_from"),
-        "exported_from": base_card.get("exported_from"),
-        "objective": recipe.get("objective") if isinstance(recipe, dict) else recipe,
-        "steps": base_card.get("steps"),
-        "tokens_seen": base_card.get("tokens_seen"),
-        "sources": data.get("sources") if isinstance(data, dict) else None,
-        "wall_time_s": base_card.get("wall_time_s"),
-        "final_metrics": base_card.get("final_metrics"),
-    }
-    return [summary, *base_card.get("lineage", [])]
+def _drafter_shape(args: argparse.Namespace) -> DrafterShape:
+    """A fresh drafter's shape: `sd2 train pretrain`'s --layers/--hidden/--ffn (the other commands
+    start from a checkpoint)."""
+    if not hasattr(args, "layers"):
+        return DrafterShape()
+    return DrafterShape(layers=args.layers, hidden=args.hidden, ffn=args.ffn)

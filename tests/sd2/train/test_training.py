@@ -281,8 +281,8 @@ def test_export_writes_a_bf16_copy_without_trainer_state(tmp_path, data):
 
 def test_fine_tuning_from_a_shipped_bf16_drafter_trains_fp32_master_weights(tmp_path, data):
     """Shipped drafters are stored in bf16; `--from` one must not train (or steer) in bf16."""
+    from sd2.train.build import load_trainable_drafter
     from sd2.train.checkpoint import export_checkpoint
-    from sd2.train.run import load_trainable_drafter
 
     verifier, drafter = _verifier(), _drafter()
     out = Trainer(_config(tmp_path, "pretrain", steps=1), drafter, verifier, data).run()
@@ -334,7 +334,7 @@ def test_a_frozen_drafter_run_ships_as_a_steering_only_checkpoint(tmp_path, data
 
 
 def load_trainable_drafter_from(folder):
-    from sd2.train.run import load_trainable_drafter
+    from sd2.train.build import load_trainable_drafter
 
     return load_trainable_drafter(folder)
 
@@ -346,14 +346,13 @@ def export_from(source, target, base):
 
 
 def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
-    import argparse
-
-    from sd2.train.run import _starting_point
+    from sd2.train.build import starting_point
+    from sd2.train.init_drafter import DrafterShape
 
     verifier = _verifier()
     first = Trainer(_config(tmp_path, "pretrain", steps=2), _drafter(), verifier, data).run()
-    args = argparse.Namespace(layers=9, hidden=8, ffn=8)  # shape flags are ignored with a base
-    drafter, head, card = _starting_point(str(first), args, _config(tmp_path / "more", "pretrain"), verifier)
+    shape = DrafterShape(layers=9, hidden=8, ffn=8)  # a fresh drafter's shape is ignored with a base
+    drafter, head, card = starting_point(str(first), _config(tmp_path / "more", "pretrain"), verifier, shape)
     saved = load_trainable_drafter_from(first).state_dict()
     assert head is None and card["initialised_from"] == str(first)
     first_card = verify_checkpoint(first)
@@ -362,11 +361,8 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
     assert stage["tokens_seen"] == first_card["tokens_seen"] > 0
     assert stage["final_metrics"] == first_card["final_metrics"]
     assert all(torch.equal(saved[name], t) for name, t in drafter.state_dict().items())
-    fresh, _, fresh_card = _starting_point(
-        None,
-        argparse.Namespace(layers=2, hidden=32, ffn=64),
-        _config(tmp_path / "new", "pretrain"),
-        verifier,
+    fresh, _, fresh_card = starting_point(
+        None, _config(tmp_path / "new", "pretrain"), verifier, DrafterShape(layers=2, hidden=32, ffn=64)
     )
     assert "architecture" in fresh_card and not torch.equal(fresh.lm_head.weight, drafter.lm_head.weight)
     second = Trainer(
@@ -376,9 +372,7 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
         data,
         card=card,
     ).run()
-    _, _, third_card = _starting_point(
-        str(second), argparse.Namespace(), _config(tmp_path / "x", "distill"), verifier
-    )
+    _, _, third_card = starting_point(str(second), _config(tmp_path / "x", "distill"), verifier)
     assert [s["steps"] for s in third_card["lineage"]] == [1, 2]  # most recent stage first
 
 
