@@ -150,3 +150,27 @@ def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_draft
             "/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}
         ).json()
         assert result["steering"] and len(result["token_ids"]) == 8
+
+
+def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_alone(settings, monkeypatch):
+    """The server's jobs build their Trainer as `sd2 train` does, and a job (a new steering head
+    included) leaves the serving process's threads and global RNG as they were."""
+    import torch
+
+    import service.training
+
+    built = []
+
+    def spy(config, *args, **kwargs):
+        built.append(config.objective)
+        return real(config, *args, **kwargs)
+
+    real = service.training.build_trainer
+    monkeypatch.setattr(service.training, "build_trainer", spy)
+    with TestClient(create_app(settings)) as client:
+        threads, rng = torch.get_num_threads(), torch.get_rng_state()
+        body = {"name": "job-sd2", "method": "sd2", "base_drafter": "tiny", "steps": 2, "seq_len": 32}
+        job = _wait(client, client.post("/train", json={**body, "batch_size": 2}).json()["id"])
+        assert job["status"] == "succeeded", job
+        assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), rng)
+    assert built == ["sd2"]
