@@ -45,6 +45,13 @@ def per_prompt(result: dict, prompt_set: str, k: int, temperature: float) -> dic
     return table
 
 
+def missing_cell(path: Path, result: dict, prompt_set: str, k: int, temperature: float) -> str:
+    """The message for a (set, k, T) cell a result does not hold: what was asked and what it holds."""
+    held = sorted({(g["prompt_set"], str(g["k"]), g["temperature"]) for g in result["generations"]})
+    holds = ", ".join(f"{s} k={c} T={t:g}" for s, c, t in held) or "no generations"
+    return f"no generations for set {prompt_set!r}, k={k}, T={temperature:g} in {path}; it holds: {holds}"
+
+
 def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temperature: float) -> dict:
     """per_prompt of several results pooled (tokens and blocks summed per prompt). No two may hold the same
     draw: at T = 0 every run draws the same greedy output, and at T > 0 sample j of a run seeds like sample
@@ -70,7 +77,7 @@ def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temp
     for path, result in results:
         table = per_prompt(result, prompt_set, k, temperature)
         if not table:
-            raise SystemExit(f"{path} has no generations for {prompt_set}, k={k}, T={temperature}")
+            raise SystemExit(missing_cell(path, result, prompt_set, k, temperature))
         for method, cells in table.items():
             for prompt_id, (tokens, blocks) in cells.items():
                 t, b = pooled.setdefault(method, {}).get(prompt_id, (0, 0))
@@ -133,10 +140,11 @@ def main() -> int:
         args.temperature,
     )
     if args.earlier is not None:
-        earlier = per_prompt(json.loads(args.earlier.read_text()), args.prompt_set, args.k, args.temperature)
+        earlier_result = json.loads(args.earlier.read_text())
+        earlier = per_prompt(earlier_result, args.prompt_set, args.k, args.temperature)
         if not earlier:
             raise SystemExit(
-                f"{args.earlier} has no generations for {args.prompt_set}, k={args.k}, T={args.temperature}"
+                missing_cell(args.earlier, earlier_result, args.prompt_set, args.k, args.temperature)
             )
         table.update({f"{method}@{args.earlier_label}": cells for method, cells in earlier.items()})
     if len(table) < 2:
