@@ -47,7 +47,7 @@ def running_tau(blocks: Sequence[dict]) -> list[float | None]:
     """τ after each block: mean of (accepted + 1) over the complete decode blocks seen so far."""
     total, count, out = 0, 0, []
     for block in blocks:
-        if block.get("complete") and block.get("kind") in ("speculative", "verifier"):
+        if block.get("counts_for_tau"):  # the API applies sd2's rule to every block
             total, count = total + block.get("n_accepted", 0) + 1, count + 1
         out.append(total / count if count else None)
     return out

@@ -25,7 +25,7 @@ from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
 from sd2.draft_vocab import ReducedHead
 from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
 from sd2.steering import SteeringHead, captured_states, stack_features, steered
-from sd2.trace import Block, BlockTimings, DraftStop, TokenEvent, TokenStatus
+from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -89,7 +89,7 @@ def verifier_decode(
     device = verifier.get_input_embeddings().weight.device
     picker = _Picker(config, make_generator(config.seed, device))
     cache = DynamicCache(config=verifier.config)
-    inputs, kind = list(prompt_ids), "prefill"
+    inputs, kind = list(prompt_ids), BlockKind.PREFILL
     for index in range(config.max_new_tokens):
         start = time.perf_counter()
         logits = cached_forward(verifier, inputs, cache, last_only=True)[-1]  # [V]
@@ -101,7 +101,7 @@ def verifier_decode(
         yield Block(index, kind, [], extra, k=0, n_accepted=0, complete=True, timings=timings)
         if token in stop_ids:
             return
-        inputs, kind = [token], "verifier"
+        inputs, kind = [token], BlockKind.VERIFIER
 
 
 class SpeculativeDecoder:
@@ -185,7 +185,7 @@ class SpeculativeDecoder:
         p = float(self.picker.trace_probs(logits, probs)[token])
         extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
         timings = BlockTimings(verify_ms=verify_ms, steer_ms=steer_ms, total_ms=_ms(start) + verify_ms)
-        return Block(0, "prefill", [], extra, 0, 0, complete=False, timings=timings)
+        return Block(0, BlockKind.PREFILL, [], extra, 0, 0, complete=False, timings=timings)
 
     def _capture(self):
         if self.head is None:
@@ -322,7 +322,7 @@ class SpeculativeDecoder:
         # A block shortened by the length limit is not a sample of the rule's τ; one the rule ended is.
         block = Block(
             index,
-            "speculative",
+            BlockKind.SPECULATIVE,
             drafts,
             extra,
             k,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from sd2.trace import Block
+from sd2.trace import Block, BlockKind
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -13,8 +13,8 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _judged_blocks(blocks: Sequence[Block]) -> list[Block]:
-    """Blocks that count for τ: complete speculative or plain-verifier steps (no prefill, no cut blocks)."""
-    return [b for b in blocks if b.complete and b.kind in ("speculative", "verifier")]
+    """Blocks that count for τ (`sd2.trace.counts_for_tau`)."""
+    return [b for b in blocks if b.counts_for_tau]
 
 
 def block_efficiency(blocks: Sequence[Block]) -> float | None:
@@ -30,7 +30,7 @@ def acceptance_histogram(blocks: Sequence[Block], k: int) -> list[int]:
     """h[j] = number of complete speculative blocks that accepted exactly j drafts (j = 0..k)."""
     histogram = [0] * (k + 1)
     for block in _judged_blocks(blocks):
-        if block.kind == "speculative":
+        if block.kind is BlockKind.SPECULATIVE:
             histogram[block.n_accepted] += 1
     return histogram
 
@@ -104,14 +104,14 @@ def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> 
     wall_ms: measured wall time of the whole decode (prefill included). Without it the block
     timings are summed, which misses the time spent between blocks.
     """
-    decode = [b for b in blocks if b.kind != "prefill"]
-    judged = [b for b in _judged_blocks(blocks) if b.kind == "speculative"]
+    decode = [b for b in blocks if b.kind is not BlockKind.PREFILL]
+    judged = [b for b in _judged_blocks(blocks) if b.kind is BlockKind.SPECULATIVE]
     histogram = acceptance_histogram(blocks, k)
     unconditional, conditional = per_position_acceptance(histogram)
     accepted, drafted = sum(b.n_accepted for b in judged), sum(b.k for b in judged)
     alpha_hat = _mean([o for b in blocks for o in b.overlaps])
     n_tokens = sum(len(b.emitted) for b in blocks)
-    prefill_ms = sum(b.timings.total_ms for b in blocks if b.kind == "prefill")
+    prefill_ms = sum(b.timings.total_ms for b in blocks if b.kind is BlockKind.PREFILL)
     decode_ms = wall_ms - prefill_ms if wall_ms is not None else sum(b.timings.total_ms for b in decode)
     draft_steps = sum(b.k for b in decode)
     drafter_step_ms = sum(b.timings.draft_ms for b in decode) / draft_steps if draft_steps else None

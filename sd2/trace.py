@@ -25,6 +25,20 @@ class DraftStop(StrEnum):
     LENGTH = "length"  # the run's max_new_tokens left no room for the block's k
 
 
+class BlockKind(StrEnum):
+    """What a verifier forward was."""
+
+    PREFILL = "prefill"  # the forward over the prompt; its token is sampled from the last position
+    VERIFIER = "verifier"  # a plain verifier step: no drafts, one token
+    SPECULATIVE = "speculative"  # a drafted-and-verified block
+
+
+def counts_for_tau(kind: BlockKind | str, complete: bool) -> bool:
+    """The one rule of which blocks τ averages over (docs/metrics.md#which-blocks-count): complete
+    decode blocks. Prefill and blocks cut by EOS or the length limit count in throughput only."""
+    return complete and kind in (BlockKind.SPECULATIVE, BlockKind.VERIFIER)
+
+
 @dataclass
 class TokenEvent:
     """One token in a block. Probabilities are the warped distributions the acceptance rule used,
@@ -55,14 +69,13 @@ class BlockTimings:
 class Block:
     """One verifier forward and what it decided.
 
-    `kind` is "prefill" for the token sampled from the prompt's last position, "verifier" for a
-    plain verifier step (no drafts), "speculative" for a drafted-and-verified block.
     `complete` is False when EOS or the length limit cut the block short or its draft was shortened
-    near the limit; such blocks are excluded from τ (as in the paper) but count in throughput.
+    near the limit; such blocks are excluded from τ (as in the paper) but count in throughput
+    (`counts_for_tau`).
     """
 
     index: int
-    kind: str
+    kind: BlockKind
     drafts: list[TokenEvent]
     extra: TokenEvent | None
     k: int  # drafts proposed in this block
@@ -79,7 +92,12 @@ class Block:
         tokens = [t for t in self.drafts if t.status is TokenStatus.ACCEPTED]
         return tokens + ([self.extra] if self.extra is not None else [])
 
+    @property
+    def counts_for_tau(self) -> bool:
+        return counts_for_tau(self.kind, self.complete)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["n_emitted"] = len(self.emitted)
+        data["counts_for_tau"] = self.counts_for_tau
         return data

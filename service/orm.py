@@ -75,7 +75,7 @@ class BlockRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     index: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(16))  # prefill | verifier | speculative
+    kind: Mapped[str] = mapped_column(String(16))  # sd2.trace.BlockKind: prefill, verifier, speculative
     k: Mapped[int] = mapped_column()
     n_accepted: Mapped[int] = mapped_column()
     complete: Mapped[bool] = mapped_column()

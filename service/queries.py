@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from sd2.trace import counts_for_tau
 from service.orm import BenchmarkRow, BlockRow, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob
 
 RUN_SUMMARY_FIELDS = (
@@ -106,6 +107,7 @@ def block_dict(block: BlockRow) -> dict:
         },
         "draft_stop": block.draft_stop,
         "n_emitted": n_accepted_drafts + (extra is not None),
+        "counts_for_tau": counts_for_tau(block.kind, block.complete),
     }
 
 

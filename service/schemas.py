@@ -22,6 +22,7 @@ from pydantic import (
 
 from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
 from sd2.config import AUTO_K, MAX_K, MIN_TEMPERATURE
+from sd2.trace import BlockKind
 from service.settings import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64, examples=["sd2"])]
@@ -180,7 +181,7 @@ class TimingsOut(BaseModel):
 
 class BlockOut(BaseModel):
     index: int
-    kind: Literal["prefill", "verifier", "speculative"]
+    kind: BlockKind
     drafts: list[TokenEventOut]
     extra: TokenEventOut | None
     k: int
@@ -194,6 +195,7 @@ class BlockOut(BaseModel):
         None, description="why drafting ended: the block's k, the confidence threshold, or the length limit"
     )
     n_emitted: int
+    counts_for_tau: bool = Field(description="whether τ averages over this block (docs/metrics.md)")
 
 
 class MetricsOut(BaseModel):

@@ -19,6 +19,7 @@ from sd2.bench.plan import Cell
 from sd2.bench.prompts import BenchPrompt
 from sd2.config import DecodeConfig
 from sd2.engine import Engine, GenerationResult
+from sd2.trace import BlockKind
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,8 @@ def ours_runner(engine: Engine, cell: Cell) -> Runner:
 def stats_from_result(result: GenerationResult, wall_ms: float, prefill_ms: float) -> GenerationStats:
     """Pool-able sums from one Engine result (conventions of sd2.metrics)."""
     metrics, blocks = result.metrics, result.blocks
-    decode = [b for b in blocks if b.kind != "prefill"]
-    judged = [b for b in blocks if b.complete and b.kind in ("speculative", "verifier")]
+    decode = [b for b in blocks if b.kind is not BlockKind.PREFILL]
+    judged = [b for b in blocks if b.counts_for_tau]
     overlaps = [o for b in blocks for o in b.overlaps]
     return GenerationStats(
         token_ids=tuple(result.token_ids),

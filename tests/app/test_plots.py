@@ -10,12 +10,27 @@ from app import plots
 
 
 def _block(index: int, accepted: int, k: int = 4, kind: str = "speculative", complete: bool = True, **extra):
-    return {"index": index, "kind": kind, "k": k, "n_accepted": accepted, "complete": complete, **extra}
+    """A block as the API sends it: `counts_for_tau` is sd2's rule (sd2.trace.counts_for_tau)."""
+    counts = complete and kind != "prefill"
+    return {
+        "index": index,
+        "kind": kind,
+        "k": k,
+        "n_accepted": accepted,
+        "complete": complete,
+        "counts_for_tau": counts,
+        **extra,
+    }
 
 
 def test_running_tau_counts_only_complete_decode_blocks():
     blocks = [_block(0, 0, k=0, kind="prefill"), _block(1, 3), _block(2, 1), _block(3, 4, complete=False)]
     assert plots.running_tau(blocks) == [None, 4.0, 3.0, 3.0]
+
+
+def test_running_tau_follows_the_apis_flag_not_its_own_rule():
+    blocks = [_block(1, 3), _block(2, 1, counts_for_tau=False), _block(3, 0)]
+    assert plots.running_tau(blocks) == [4.0, 4.0, 2.5]
 
 
 def test_acceptance_plot_has_one_bar_per_decode_block_and_the_running_tau():
