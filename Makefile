@@ -28,7 +28,7 @@ run: venv
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/sd2 serve --host 127.0.0.1 --port 8000
 
 test: venv browser
-	$(BIN)/ruff check sd2 service app tests benchmarks
+	$(BIN)/ruff check sd2 service app launcher tests benchmarks
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/pytest -q
 	$(MAKE) gpu-check GPU_CHECK_ARGS="--device cpu --out build/device-check"
 
@@ -39,12 +39,12 @@ test-fast: venv
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
 
 lint: venv
-	$(BIN)/ruff check sd2 service app tests benchmarks
-	$(BIN)/ruff format --check sd2 service app tests benchmarks
+	$(BIN)/ruff check sd2 service app launcher tests benchmarks
+	$(BIN)/ruff format --check sd2 service app launcher tests benchmarks
 
 format: venv
-	$(BIN)/ruff format sd2 service app tests benchmarks
-	$(BIN)/ruff check --fix sd2 service app tests benchmarks
+	$(BIN)/ruff format sd2 service app launcher tests benchmarks
+	$(BIN)/ruff check --fix sd2 service app launcher tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
