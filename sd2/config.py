@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sd2.errors import InvalidValue
+
 if TYPE_CHECKING:  # sd2.sampling imports torch; the command line imports this module before it needs torch
     from sd2.sampling import Warp
 
@@ -19,7 +21,7 @@ MIN_TEMPERATURE = 1e-3
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How one generation runs. Errors raise ValueError naming the field."""
+    """How one generation runs. Errors raise `sd2.errors.InvalidValue` naming the field."""
 
     k: int | str = AUTO_K  # drafts per block, or "auto" (the best k for this machine and this run so far)
     temperature: float = 0.0  # 0 = greedy (output identical to the verifier's greedy decoding)
@@ -84,4 +86,4 @@ def parse_k(text: str) -> int | str:
 
 def _check(ok: bool, field: str, rule: str, value: object) -> None:
     if not ok:
-        raise ValueError(f"{field} {rule}, got {value!r}")
+        raise InvalidValue(field, f"{field} {rule}, got {value!r}")

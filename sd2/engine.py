@@ -17,6 +17,7 @@ from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs, measure_verify_costs
 from sd2.draft_vocab import ReducedHead
+from sd2.errors import InvalidValue
 from sd2.invariant import is_batch_invariant, make_batch_invariant
 from sd2.metrics import GenerationMetrics, summarize
 from sd2.models import (
@@ -159,10 +160,11 @@ class Engine:
         ids = encode_prompt(self.tokenizer, request.prompt, request.messages, request.chat)
         needed = len(ids) + request.decode.max_new_tokens + request.decode.max_k + 1
         if needed > context_length(self.verifier):
-            raise ValueError(
+            raise InvalidValue(
+                "prompt" if request.messages is None else "messages",
                 f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens "
                 f"{request.decode.max_new_tokens} + k + 1 exceed the verifier's context of "
-                f"{context_length(self.verifier)} tokens"
+                f"{context_length(self.verifier)} tokens",
             )
         return ids
 

@@ -6,18 +6,20 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
+from sd2.errors import InvalidValue
+
 ROLES = ("system", "user", "assistant")
 
 
 def validate_messages(messages: Sequence[dict]) -> None:
     """Chat messages: a non-empty list of {role, content} with a known role and non-empty content."""
     if not messages:
-        raise ValueError("messages must contain at least one message")
+        raise InvalidValue("messages", "messages must contain at least one message")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {list(ROLES)}")
+            raise InvalidValue("messages", f"messages[{i}].role must be one of {list(ROLES)}")
         if not isinstance(message.get("content"), str) or not message["content"].strip():
-            raise ValueError(f"messages[{i}].content must be a non-empty string")
+            raise InvalidValue("messages", f"messages[{i}].content must be a non-empty string")
 
 
 def encode_prompt(
@@ -30,12 +32,12 @@ def encode_prompt(
     template with the generation prompt appended, or the raw prompt text when `chat` is False."""
     if messages is None:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be a non-empty string")
+            raise InvalidValue("prompt", "prompt must be a non-empty string")
         messages = [{"role": "user", "content": prompt}]
         if not chat or tokenizer.chat_template is None:
             return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
     validate_messages(messages)
     if tokenizer.chat_template is None:
-        raise ValueError("messages need a chat template, and this verifier's tokenizer has none")
+        raise InvalidValue("messages", "messages need a chat template; this verifier's tokenizer has none")
     ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)

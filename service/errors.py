@@ -10,6 +10,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from sd2.errors import InvalidValue
+
 
 class FieldError(Exception):
     """A request value the service refuses, raised before anything is written."""
@@ -22,25 +24,9 @@ class FieldError(Exception):
         return [{"loc": [self.where, self.field], "msg": self.message, "type": "value_error"}]
 
 
-def field_of(message: str, default: str) -> str:
-    """sd2's ValueErrors start with the field name ("k must be ...", "messages[0].role must ..."),
-    so the first word names the field when it is a known one."""
-    first = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
-    return first if first in _KNOWN_FIELDS else default
-
-
-_KNOWN_FIELDS = {
-    "k",
-    "temperature",
-    "top_k",
-    "top_p",
-    "max_new_tokens",
-    "seed",
-    "prompt",
-    "messages",
-    "method",
-    "draft_threshold",
-}
+def from_invalid(err: InvalidValue) -> FieldError:
+    """sd2's refusal of a request value, at the field it names (`InvalidValue.field`)."""
+    return FieldError(err.field, str(err))
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 
 from sd2.config import DecodeConfig
 from sd2.engine import Engine, GenerateRequest
+from sd2.errors import InvalidValue
 from sd2.prompts import validate_messages
 from sd2.trace import Block
-from service.errors import FieldError, field_of
+from service.errors import FieldError, from_invalid
 from service.repository import RunRecord
 from service.schemas import DecodeSettings
 from service.settings import Settings
@@ -61,8 +62,8 @@ def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Setting
         )
         if messages is not None:
             validate_messages(messages)
-    except ValueError as err:
-        raise FieldError(field_of(str(err), "body"), str(err)) from err
+    except InvalidValue as err:
+        raise from_invalid(err) from err
     return GenerateRequest(
         prompt=body.prompt,
         messages=tuple(messages) if messages is not None else None,
@@ -100,8 +101,10 @@ def decode(
     with host.lock:
         try:
             engine.encode(request)  # tokenizer only: a too-long prompt is the caller's error, not a failure
-        except ValueError as err:
-            raise FieldError(field_of(str(err), "prompt"), str(err)) from err
+        except InvalidValue as err:
+            raise from_invalid(err) from err
+        except ValueError as err:  # the tokenizer's own refusal of the text
+            raise FieldError("prompt" if request.messages is None else "messages", str(err)) from err
         try:
             record.result = _run(engine, request, on_block, should_stop)
         except RunCancelled:
