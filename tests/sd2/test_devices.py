@@ -56,8 +56,10 @@ def test_a_bad_dtype_is_refused_naming_the_flag(bad, monkeypatch):
 
 @pytest.mark.parametrize("command", ["generate", "bench", "serve", "data synth"])
 def test_the_command_line_refuses_a_bad_dtype_before_loading_anything(command, capsys):
+    from launcher.cli import main as console_script  # `sd2`: the library's commands plus serve
+
     with pytest.raises(SystemExit) as exit_info:
-        main([*command.split(), "--dtype", "fp16"])
+        console_script([*command.split(), "--dtype", "fp16"])
     assert exit_info.value.code == 2
     assert "--dtype: invalid choice: 'fp16'" in capsys.readouterr().err
 
