@@ -140,10 +140,10 @@ def step_train(device: torch.device, args) -> dict:
             verifier, drafter = tiny_verifier().to(device, torch.bfloat16), tiny_drafter()
             config = train_config(Path(tmp), objective, steps=3, eval_every=2, precision="bf16")
             try:
-                start = time.perf_counter()
+                began = time.perf_counter()
                 start = StartingPoint(drafter, None, {})  # sd2: build_trainer adds a new head
                 build_trainer(config, verifier if objective != "pretrain" else None, data, start).run()
-                results[objective] = {"status": "pass", "seconds": round(time.perf_counter() - start, 2)}
+                results[objective] = {"status": "pass", "seconds": round(time.perf_counter() - began, 2)}
             except Exception as err:
                 results[objective] = {"status": "fail", "error": f"{type(err).__name__}: {err}"}
     failed = any(r["status"] == "fail" for r in results.values())
