@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -79,6 +81,24 @@ class _Picker:
 
 def _stop_index(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+
+
+class Decoder(Protocol):
+    """One decoding method for one request: `run` yields a trace Block per verifier forward."""
+
+    def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]: ...
+
+
+@dataclass(frozen=True)
+class VerifierDecoder:
+    """The baseline as a Decoder: plain autoregressive decoding of the verifier (`verifier_decode`)."""
+
+    verifier: nn.Module
+    config: DecodeConfig
+    stop_ids: frozenset[int]
+
+    def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]:
+        return verifier_decode(self.verifier, prompt_ids, self.config, self.stop_ids)
 
 
 @torch.inference_mode()

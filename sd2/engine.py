@@ -13,7 +13,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sd2.config import AUTO_MAX_K, DecodeConfig
-from sd2.decoding import SpeculativeDecoder, verifier_decode
+from sd2.decoding import Decoder, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs, measure_verify_costs
 from sd2.draft_vocab import ReducedHead
@@ -39,8 +39,18 @@ VERIFIER_METHOD = "verifier"  # plain autoregressive decoding of the verifier: t
 SELF_METHOD = "self"  # the verifier drafts for itself: a sanity check that must reach τ = k + 1
 
 
-class UnknownMethodError(ValueError):
-    """The requested method is neither a built-in nor a loaded drafter."""
+class UnknownMethodError(InvalidValue):
+    """The requested method is neither a built-in nor a loaded drafter (field "method")."""
+
+    def __init__(self, method: str, available: Sequence[str]):
+        super().__init__("method", f"unknown method {method!r}; available: {', '.join(available)}")
+
+
+class UnknownDrafterError(InvalidValue):
+    """No drafter of that name is loaded (field "drafter")."""
+
+    def __init__(self, name: str, loaded: Sequence[str]):
+        super().__init__("drafter", f"unknown drafter {name!r}; loaded: {', '.join(loaded) or 'none'}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,21 @@ class GenerateRequest:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     steering: bool = True  # use the drafter's SD² head when it has one; False runs it unsteered
     chat: bool = True  # format a plain prompt with the verifier's chat template
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request the Engine has checked, once: its method is loaded, its prompt encoded and fits the
+    verifier's context. `Engine.prepare` makes one; `Engine.stream`/`generate` take it as it is."""
+
+    request: GenerateRequest
+    prompt_ids: tuple[int, ...]
+    drafter: Drafter | None  # the method's drafter; None for "verifier" and "self"
+
+    @property
+    def steered(self) -> bool:
+        """Whether the run uses an SD² head: a drafter that has one, with steering on."""
+        return self.drafter is not None and self.request.steering and self.drafter.head is not None
 
 
 @dataclass
@@ -86,7 +111,12 @@ class GenerationResult:
 
 
 class Engine:
-    """A loaded verifier, its tokenizer and named drafters. Not thread-safe: callers serialise runs."""
+    """A loaded verifier, its tokenizer and named drafters. Not thread-safe: callers serialise runs.
+
+    Callers outside sd2 (the service, the UI) use the methods below and never the models themselves:
+    `prepare` → `stream`/`generate`, `methods`, `drafter`/`drafter_names`/`loaded_drafters`,
+    `load_drafter`, `precision`/`device_label`.
+    """
 
     def __init__(
         self,
@@ -152,35 +182,73 @@ class Engine:
         """What ran, for reports: e.g. "cpu/bf16" (+ ", stock kernels" when not batch-invariant)."""
         return self.placement.label + ("" if self.batch_invariant else ", stock kernels")
 
+    @property
+    def device_label(self) -> str:
+        """Where and in what precision the models run, e.g. "cpu/bf16"."""
+        return self.placement.label
+
     def methods(self) -> list[str]:
         return [VERIFIER_METHOD, SELF_METHOD, *self.drafters]
 
-    def encode(self, request: GenerateRequest) -> list[int]:
-        """Prompt ids, checked against the verifier's context window."""
-        ids = encode_prompt(self.tokenizer, request.prompt, request.messages, request.chat)
+    def drafter_names(self) -> list[str]:
+        return list(self.drafters)
+
+    def loaded_drafters(self) -> list[Drafter]:
+        return list(self.drafters.values())
+
+    def drafter(self, name: str) -> Drafter:
+        """The loaded drafter of that name; UnknownDrafterError if there is none."""
+        if name not in self.drafters:
+            raise UnknownDrafterError(name, self.drafter_names())
+        return self.drafters[name]
+
+    def load_drafter(self, name: str, path: str | Path, draft_vocab: bool = True) -> Drafter:
+        """Load a drafter folder for this verifier (sd2.models.load_drafter) and register it under
+        `name`, replacing one of that name; returns it."""
+        drafter = load_drafter(name, str(path), self.placement, self.verifier, self.tokenizer, draft_vocab)
+        self.add_drafter(drafter)
+        return drafter
+
+    def prepare(self, request: GenerateRequest) -> PreparedRequest:
+        """Check a request once: the method is loaded (UnknownMethodError), the prompt encodes
+        (InvalidValue on "prompt" or "messages") and fits the verifier's context with room for
+        max_new_tokens + k + 1."""
+        if request.method not in self.methods():
+            raise UnknownMethodError(request.method, self.methods())
+        field_name = "prompt" if request.messages is None else "messages"
+        try:
+            ids = encode_prompt(self.tokenizer, request.prompt, request.messages, request.chat)
+        except InvalidValue:
+            raise
+        except ValueError as err:  # the tokenizer's own refusal of the text
+            raise InvalidValue(field_name, str(err)) from err
         needed = len(ids) + request.decode.max_new_tokens + request.decode.max_k + 1
         if needed > context_length(self.verifier):
             raise InvalidValue(
-                "prompt" if request.messages is None else "messages",
+                field_name,
                 f"prompt is too long: {len(ids)} prompt tokens + max_new_tokens "
                 f"{request.decode.max_new_tokens} + k + 1 exceed the verifier's context of "
                 f"{context_length(self.verifier)} tokens",
             )
-        return ids
+        return PreparedRequest(request, tuple(ids), self.drafters.get(request.method))
 
-    def stream(self, request: GenerateRequest) -> Iterator[Block | GenerationResult]:
+    def encode(self, request: GenerateRequest) -> list[int]:
+        """The request's prompt ids (`prepare`'s checks included)."""
+        return list(self.prepare(request).prompt_ids)
+
+    def stream(self, request: GenerateRequest | PreparedRequest) -> Iterator[Block | GenerationResult]:
         """Yield each trace Block as it is decoded (token texts filled in), then the GenerationResult."""
-        blocks_source = self._decoder(request)
-        prompt_ids = self.encode(request)
+        prepared = request if isinstance(request, PreparedRequest) else self.prepare(request)
+        decoder = self._decoder(prepared)
         start, blocks = time.perf_counter(), []
-        for block in blocks_source(prompt_ids):
+        for block in decoder.run(prepared.prompt_ids):
             self._fill_text(block)
             blocks.append(block)
             yield block
         wall_ms = (time.perf_counter() - start) * 1e3
-        yield self._result(request, prompt_ids, blocks, wall_ms)
+        yield self._result(prepared, blocks, wall_ms)
 
-    def generate(self, request: GenerateRequest) -> GenerationResult:
+    def generate(self, request: GenerateRequest | PreparedRequest) -> GenerationResult:
         """Run one generation to the end."""
         *_, result = self.stream(request)
         return result
@@ -203,20 +271,23 @@ class Engine:
             return self.verifier, None
         if method in self.drafters:
             return self.drafters[method].model, self.drafters[method].draft_head
-        raise UnknownMethodError(f"unknown method {method!r}; available: {', '.join(self.methods())}")
+        raise UnknownMethodError(method, self.methods())
 
-    def _decoder(self, request: GenerateRequest):
-        """The block source for the request's method; raises UnknownMethodError for an unknown name."""
-        method, config = request.method, request.decode
+    def _decoder(self, prepared: PreparedRequest) -> Decoder:
+        """The Decoder of the prepared request's method."""
+        method, config = prepared.request.method, prepared.request.decode
         if method == VERIFIER_METHOD:
-            return lambda ids: verifier_decode(self.verifier, ids, config, self.stop_ids)
-        drafter_model, draft_head = self._drafter_parts(method)
-        drafter = self.drafters.get(method)
-        head = drafter.head if drafter is not None and request.steering else None
+            return VerifierDecoder(self.verifier, config, self.stop_ids)
+        drafter = prepared.drafter  # the one prepare found, even if a later load replaced its name
+        if drafter is None:  # "self": the verifier drafts for itself
+            drafter_model, draft_head, head = self.verifier, None, None
+        else:
+            drafter_model, draft_head = drafter.model, drafter.draft_head
+            head = drafter.head if prepared.steered else None
         costs = self.cost_profile(method) if config.auto_k else None
-        return lambda ids: SpeculativeDecoder(
+        return SpeculativeDecoder(
             self.verifier, drafter_model, head, config, self.stop_ids, draft_head=draft_head, costs=costs
-        ).run(ids)
+        )
 
     def _fill_text(self, block: Block) -> None:
         for token in [*block.drafts, *([block.extra] if block.extra else [])]:
@@ -225,20 +296,16 @@ class Engine:
     def _decode_one(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
 
-    def _result(
-        self, request: GenerateRequest, prompt_ids: Sequence[int], blocks: list[Block], wall_ms: float
-    ) -> GenerationResult:
+    def _result(self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float) -> GenerationResult:
+        request = prepared.request
         token_ids = [t.token_id for b in blocks for t in b.emitted]
         stopped = bool(token_ids) and token_ids[-1] in self.stop_ids
-        uses_head = (
-            request.method in self.drafters and request.steering and self.drafters[request.method].head
-        )
         return GenerationResult(
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
             token_ids=token_ids,
             method=request.method,
-            steering=bool(uses_head),
-            prompt_tokens=len(prompt_ids),
+            steering=prepared.steered,
+            prompt_tokens=len(prepared.prompt_ids),
             finish_reason="stop" if stopped else "length",
             config=request.decode,
             metrics=summarize(blocks, request.decode.max_k, wall_ms=wall_ms),

@@ -14,7 +14,6 @@ from fastapi import FastAPI
 
 import sd2
 from sd2.engine import Engine
-from sd2.models import load_drafter
 from service import queries, repository
 from service.db import Database
 from service.deps import Services
@@ -77,7 +76,7 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
             home=settings.home,
         )
     host = ModelHost(engine, threading.Lock())
-    for drafter in engine.drafters.values():
+    for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
     _reload_trained(db, host, settings)
     interrupted = repository.fail_interrupted_jobs(db)
@@ -96,13 +95,12 @@ def _reload_trained(db: Database, host: ModelHost, settings: Settings) -> None:
     with db.read() as session:
         rows = [r for r in queries.drafter_rows(session).values() if r.source == "training"]
     engine = host.engine
+    loaded = engine.drafter_names()
     for row in rows:
         folder = Path(row.path)
-        if row.name in engine.drafters or folder.parent != settings.drafters_dir or not folder.is_dir():
+        if row.name in loaded or folder.parent != settings.drafters_dir or not folder.is_dir():
             continue
         try:
-            engine.add_drafter(
-                load_drafter(row.name, str(folder), engine.placement, engine.verifier, engine.tokenizer)
-            )
+            engine.load_drafter(row.name, folder)
         except Exception:  # one broken checkpoint must not keep the server down
             log.exception("could not reload trained drafter %r from %s", row.name, folder)

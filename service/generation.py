@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from sd2.config import DecodeConfig
-from sd2.engine import Engine, GenerateRequest
+from sd2.engine import Engine, GenerateRequest, PreparedRequest
 from sd2.errors import InvalidValue
-from sd2.prompts import validate_messages
 from sd2.trace import Block
 from service.errors import FieldError, from_invalid
 from service.repository import RunRecord
@@ -37,8 +36,9 @@ class ModelHost:
     lock: threading.Lock
 
 
-def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Settings) -> GenerateRequest:
-    """Check a request against the server's limits and loaded methods; FieldError names the bad field."""
+def prepare(body: DecodeSettings, method: str, settings: Settings) -> GenerateRequest:
+    """Check a request against the server's limits and build its decode settings; FieldError names the
+    bad field. The method and the prompt itself are the Engine's to check (`Engine.prepare`, in `decode`)."""
     if body.prompt is not None and len(body.prompt) > settings.max_prompt_chars:
         raise FieldError("prompt", f"prompt is longer than {settings.max_prompt_chars} characters")
     messages = [m.model_dump() for m in body.messages] if body.messages is not None else None
@@ -48,8 +48,6 @@ def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Setting
         raise FieldError(
             "max_new_tokens", f"max_new_tokens must be ≤ {settings.max_new_tokens} on this server"
         )
-    if method not in engine.methods():
-        raise FieldError("method", f"unknown method {method!r}; available: {', '.join(engine.methods())}")
     try:
         decode = DecodeConfig(
             k=body.k,
@@ -60,8 +58,6 @@ def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Setting
             seed=body.seed,
             draft_threshold=body.draft_threshold,
         )
-        if messages is not None:
-            validate_messages(messages)
     except InvalidValue as err:
         raise from_invalid(err) from err
     return GenerateRequest(
@@ -74,49 +70,57 @@ def prepare(body: DecodeSettings, method: str, engine: Engine, settings: Setting
     )
 
 
+def admit(host: ModelHost, request: GenerateRequest) -> PreparedRequest:
+    """The Engine's checks of a request (its method is loaded, its prompt encodes and fits the
+    verifier), under the model lock since the tokenizer too is used by one thread at a time; a refusal
+    is the caller's error (FieldError), and nothing is decoded or stored."""
+    with host.lock:
+        try:
+            return host.engine.prepare(request)
+        except InvalidValue as err:
+            raise from_invalid(err) from err
+
+
 def decode(
     host: ModelHost,
-    request: GenerateRequest,
+    prepared: PreparedRequest,
     prompt_set: str | None = None,
     on_block: Callable[[Block], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunRecord:
     """Run one generation under the model lock and describe its outcome (nothing is written here).
 
-    Raises FieldError when the prompt does not fit the verifier (before any decoding); any later
-    exception becomes a record with status failed (or cancelled when `should_stop` said so).
+    Any exception becomes a record with status failed (or cancelled when `should_stop` said so).
     """
     engine = host.engine
-    drafter = engine.drafters.get(request.method)
-    record = RunRecord(
-        method=request.method,
-        drafter=request.method if drafter is not None else None,
-        steering=bool(request.steering and drafter is not None and drafter.head is not None),
-        config=asdict(request.decode),
-        prompt=request.prompt,
-        messages=list(request.messages) if request.messages is not None else None,
-        prompt_set=prompt_set,
-        precision=engine.precision,
-    )
+    record = _record(prepared, engine.precision, prompt_set)
     with host.lock:
         try:
-            engine.encode(request)  # tokenizer only: a too-long prompt is the caller's error, not a failure
-        except InvalidValue as err:
-            raise from_invalid(err) from err
-        except ValueError as err:  # the tokenizer's own refusal of the text
-            raise FieldError("prompt" if request.messages is None else "messages", str(err)) from err
-        try:
-            record.result = _run(engine, request, on_block, should_stop)
+            record.result = _run(engine, prepared, on_block, should_stop)
         except RunCancelled:
             record.status, record.error = "cancelled", "the client disconnected before the run finished"
         except Exception as err:  # recorded as a failed run; the server keeps serving
-            log.exception("generation failed (method %s)", request.method)
+            log.exception("generation failed (method %s)", prepared.request.method)
             record.status, record.error = "failed", f"{type(err).__name__}: {err}"
     return record
 
 
-def _run(engine: Engine, request: GenerateRequest, on_block, should_stop):
-    stream = engine.stream(request)
+def _record(prepared: PreparedRequest, precision: str, prompt_set: str | None) -> RunRecord:
+    request = prepared.request
+    return RunRecord(
+        method=request.method,
+        drafter=request.method if prepared.drafter is not None else None,
+        steering=prepared.steered,
+        config=asdict(request.decode),
+        prompt=request.prompt,
+        messages=list(request.messages) if request.messages is not None else None,
+        prompt_set=prompt_set,
+        precision=precision,
+    )
+
+
+def _run(engine: Engine, prepared: PreparedRequest, on_block, should_stop):
+    stream = engine.stream(prepared)
     try:
         for item in stream:
             if not isinstance(item, Block):

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sd2.models import load_drafter
 from service import repository
 from service.db import Database
 from service.generation import ModelHost
@@ -122,12 +121,8 @@ class JobRunner:
         repository.finish_job(self.db, spec.job_id, "succeeded", checkpoint=str(checkpoint))
 
     def _register(self, spec: TrainSpec, checkpoint: Path) -> None:
-        engine = self.host.engine
         with self.host.lock:
-            drafter = load_drafter(
-                spec.name, str(checkpoint), engine.placement, engine.verifier, engine.tokenizer
-            )
-            engine.add_drafter(drafter)
+            drafter = self.host.engine.load_drafter(spec.name, checkpoint)
         repository.upsert_drafter(self.db, drafter_info(drafter, source="training", job_id=spec.job_id))
 
 

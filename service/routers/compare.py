@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from service import repository
 from service.deps import ServicesDep
-from service.generation import decode, prepare
+from service.generation import admit, decode, prepare
 from service.schemas import CompareIn, CompareOut
 
 router = APIRouter(tags=["generate"])
@@ -27,11 +27,9 @@ router = APIRouter(tags=["generate"])
     responses={422: {"description": "a field is invalid"}, 500: {"description": "a method's run failed"}},
 )
 async def compare(body: CompareIn, services: ServicesDep):
-    engine, settings = services.host.engine, services.settings
-    requests = [
-        prepare(body, method, engine, settings) for method in body.methods
-    ]  # all checked before any run
-    records = [await services.in_thread(decode, services.host, r, body.prompt_set) for r in requests]
+    requests = [prepare(body, method, services.settings) for method in body.methods]
+    prepared = [await services.in_thread(admit, services.host, r) for r in requests]  # all before any run
+    records = [await services.in_thread(decode, services.host, p, body.prompt_set) for p in prepared]
     comparison_id, run_ids = await services.in_thread(
         repository.record_comparison, services.db, body.methods, records
     )

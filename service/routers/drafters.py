@@ -17,7 +17,7 @@ async def list_drafters(services: ServicesDep):
     def read():
         with services.db.read() as session:
             rows = queries.drafter_rows(session)
-        loaded = list(services.host.engine.drafters.values())
+        loaded = services.host.engine.loaded_drafters()
         return [_describe(d, rows.get(d.name)) for d in loaded]
 
     return await services.in_thread(read)

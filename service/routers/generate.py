@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from sd2.engine import GenerateRequest
+from sd2.engine import PreparedRequest
 from service import repository
 from service.deps import Services, ServicesDep
-from service.generation import decode, prepare
+from service.generation import admit, decode, prepare
 from service.repository import RunRecord
 from service.schemas import GenerateIn, GenerationOut
 
@@ -42,10 +42,11 @@ STREAM_DOC = (
     },
 )
 async def generate(body: GenerateIn, services: ServicesDep):
-    request = prepare(body, body.method, services.host.engine, services.settings)
+    request = prepare(body, body.method, services.settings)
+    prepared = await services.in_thread(admit, services.host, request)  # a refusal: 4xx, nothing stored
     if body.stream:
-        return await _streamed(services, request, body.prompt_set)
-    record = await services.in_thread(decode, services.host, request, body.prompt_set)
+        return await _streamed(services, prepared, body.prompt_set)
+    record = await services.in_thread(decode, services.host, prepared, body.prompt_set)
     run_id = await services.in_thread(repository.record_run, services.db, record)
     return outcome_response(run_id, record)
 
@@ -61,7 +62,7 @@ def outcome_response(run_id: int, record: RunRecord) -> JSONResponse:
 
 
 async def _streamed(
-    services: Services, request: GenerateRequest, prompt_set: str | None
+    services: Services, prepared: PreparedRequest, prompt_set: str | None
 ) -> StreamingResponse:
     """Decode in a worker thread that feeds a queue; the response drains it. The worker never waits on
     the client, and a client that leaves makes it stop at the next block and store a cancelled run."""
@@ -76,7 +77,7 @@ async def _streamed(
     def work() -> None:
         try:
             record = decode(
-                services.host, request, prompt_set, lambda b: put(("block", b.to_dict())), client_gone.is_set
+                services.host, prepared, prompt_set, lambda b: put(("block", b.to_dict())), client_gone.is_set
             )
             put(("done", (repository.record_run(services.db, record), record)))
         except BaseException as err:
@@ -85,7 +86,7 @@ async def _streamed(
     services.executor.submit(work)
     first = await lines.get()
     if first[0] == "error":
-        raise first[1]  # a FieldError (prompt too long for the verifier): a 4xx, nothing stored
+        raise first[1]  # the run could not even be recorded (e.g. the database failed)
     return StreamingResponse(_ndjson(first, lines, client_gone), media_type="application/x-ndjson")
 
 

@@ -28,7 +28,7 @@ async def health(services: ServicesDep):
         "models_loaded": True,  # the lifespan loads them before the first request is served
         "verifier": engine.verifier_name,
         "methods": engine.methods(),
-        "device": engine.placement.label,
+        "device": engine.device_label,
         "batch_invariant": engine.batch_invariant,
         "database": database,
     }

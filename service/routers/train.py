@@ -43,10 +43,9 @@ def _check(body: TrainIn, services: Services) -> None:
         raise FieldError(
             "method", f"this server trains {list(services.train_methods)}; {body.method!r} needs `sd2 train`"
         )
-    if body.base_drafter not in engine.drafters:
-        raise FieldError(
-            "base_drafter", f"unknown drafter {body.base_drafter!r}; loaded: {', '.join(engine.drafters)}"
-        )
+    if body.base_drafter not in engine.drafter_names():
+        loaded = ", ".join(engine.drafter_names())
+        raise FieldError("base_drafter", f"unknown drafter {body.base_drafter!r}; loaded: {loaded}")
     if body.steps > settings.max_train_steps:
         raise FieldError("steps", f"steps must be ≤ {settings.max_train_steps} on this server")
     if body.data is not None and sum(map(len, body.data)) > settings.max_train_chars:

@@ -91,3 +91,38 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
         "from . import sibling\ndef f():\n    from service.app import create_app\n    import app.mount\n"
     )
     assert _imported_packages(module, "sd2") == {"sd2": 1, "service": 3, "app": 4}
+
+
+# The Engine's models and registries: sd2 works with them, the layers above go through its methods.
+ENGINE_INTERNALS = {"drafters", "verifier", "tokenizer", "placement", "add_drafter", "stop_ids"}
+
+
+def _engine_internals_used(path: Path) -> list[tuple[int, str]]:
+    """(line, attribute) wherever `<…engine>.<internal>` is read, `engine` being any name or attribute
+    spelled so (`engine.verifier`, `services.host.engine.drafters`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in ENGINE_INTERNALS:
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+            if name == "engine":
+                found.append((node.lineno, node.attr))
+    return found
+
+
+@pytest.mark.parametrize("package", ("launcher", "app", "service"))
+def test_the_layers_above_sd2_never_look_behind_the_engine(package):
+    """The Engine is a facade: `prepare`, `stream`, `drafter`, `load_drafter`… (docs/architecture.md)."""
+    violations = [
+        f"{path.relative_to(ROOT)}:{line} reads engine.{attr}"
+        for path in _modules(package)
+        for line, attr in _engine_internals_used(path)
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_facade_checker_sees_a_reach_through_an_attribute_chain(tmp_path):
+    """Negative control: both spellings are found; a method call on the facade is not."""
+    module = tmp_path / "m.py"
+    module.write_text("a = engine.verifier\nb = services.host.engine.drafters\nc = engine.drafter('x')\n")
+    assert _engine_internals_used(module) == [(1, "verifier"), (2, "drafters")]

@@ -8,7 +8,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from sd2.cli import main
 from sd2.config import DecodeConfig
-from sd2.engine import Engine, GenerateRequest, UnknownMethodError
+from sd2.engine import Engine, GenerateRequest, UnknownDrafterError, UnknownMethodError
+from sd2.errors import InvalidValue
 from sd2.models import TokenizerMismatchError
 from sd2.steering import new_head_for
 from tests.tiny import tiny_llama, tiny_tokenizer
@@ -260,3 +261,48 @@ def test_shipped_drafters_are_found_complete_only_and_best_first(tmp_path):
             (tmp_path / name / "sd2_card.json").write_text("{}")
     assert list(shipped_drafters(tmp_path)) == ["sd2", "pretrained", "custom"]
     assert shipped_drafters(tmp_path / "missing") == {}
+
+
+def test_prepare_checks_a_request_once_and_the_prepared_request_runs_as_it_is(engine):
+    decode = DecodeConfig(k=3, max_new_tokens=12)
+    request = GenerateRequest(prompt="Tell me a story.", method="tiny", decode=decode)
+    prepared = engine.prepare(request)
+    assert prepared.prompt_ids == tuple(engine.encode(request)) and prepared.drafter is engine.drafter("tiny")
+    assert not prepared.steered  # the tiny drafter has no head
+    calls = []
+    real = engine.tokenizer.apply_chat_template
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    engine.tokenizer.apply_chat_template = counted
+    try:
+        from_prepared = engine.generate(prepared)
+    finally:
+        engine.tokenizer.apply_chat_template = real
+    assert calls == []  # a prepared request is not encoded again
+    assert from_prepared.token_ids == engine.generate(request).token_ids
+    assert from_prepared.prompt_tokens == len(prepared.prompt_ids)
+
+
+def test_refusals_carry_their_field(engine):
+    with pytest.raises(UnknownMethodError) as unknown:
+        engine.prepare(GenerateRequest(prompt="hi", method="sd3"))
+    assert unknown.value.field == "method"
+    with pytest.raises(InvalidValue) as empty:
+        engine.prepare(GenerateRequest(messages=(), method="verifier"))
+    assert empty.value.field == "messages"
+    with pytest.raises(UnknownDrafterError, match="loaded: tiny") as missing:
+        engine.drafter("nope")
+    assert missing.value.field == "drafter"
+
+
+def test_load_drafter_registers_a_folder_under_its_name(tiny_pair_dir, steered_drafter_dir):
+    verifier_dir, _ = tiny_pair_dir
+    engine = Engine.load(verifier=str(verifier_dir))
+    assert engine.drafter_names() == []
+    loaded = engine.load_drafter("late", steered_drafter_dir)
+    assert engine.drafter("late") is loaded and engine.loaded_drafters() == [loaded]
+    assert "late" in engine.methods() and loaded.head is not None
+    assert engine.prepare(GenerateRequest(prompt="Hello!", method="late")).steered

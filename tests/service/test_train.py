@@ -157,7 +157,7 @@ def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_a
     included) leaves the serving process's threads and global RNG as they were."""
     import torch
 
-    import service.training
+    import sd2.train.fine_tune
 
     built = []
 
@@ -165,8 +165,8 @@ def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_a
         built.append(config.objective)
         return real(config, *args, **kwargs)
 
-    real = service.training.build_trainer
-    monkeypatch.setattr(service.training, "build_trainer", spy)
+    real = sd2.train.fine_tune.build_trainer
+    monkeypatch.setattr(sd2.train.fine_tune, "build_trainer", spy)
     with TestClient(create_app(settings)) as client:
         threads, rng = torch.get_num_threads(), torch.get_rng_state()
         body = {"name": "job-sd2", "method": "sd2", "base_drafter": "tiny", "steps": 2, "seq_len": 32}
