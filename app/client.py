@@ -138,6 +138,10 @@ class ApiClient:
     def version(self) -> dict:
         return self._request("GET", "/version").json()
 
+    def defaults(self) -> dict:
+        """The decode settings the API gives omitted fields, and this server's max_new_tokens cap."""
+        return self._request("GET", "/defaults").json()
+
     # --- training -------------------------------------------------------------------------------
     def train(self, body: dict, api_key: str | None = None) -> dict:
         return self._request("POST", "/train", api_key=api_key, json=body).json()

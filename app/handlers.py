@@ -39,6 +39,15 @@ class Handlers:
         line = f"verifier {h['verifier']} on {h['device']} ({kernels}) · {len(h['methods'])} methods · {db}"
         return status_html(line, "ok")
 
+    def decode_defaults(self) -> tuple:
+        """Updates for Generate's, then Compare's, decode controls (views.DECODE_CONTROLS): the API's
+        defaults, so the UI starts where a request that leaves them out would."""
+        try:
+            values = views.decode_control_values(self.client.defaults())
+        except ApiError:
+            return tuple(SKIP() for _ in range(2 * len(views.DECODE_CONTROLS)))
+        return tuple(gr.update(**values[name]) for name in views.DECODE_CONTROLS) * 2
+
     def choices(self) -> tuple[Any, Any, Any, Any]:
         """Updates for: Generate method, Compare methods, Train base drafter, History method filter."""
         try:

@@ -14,7 +14,7 @@ from app.client import ApiClient
 from app.handlers import Handlers
 from app.theme import LARGE_FONT_JS
 from app.trace_html import columns_html, trace_html
-from app.views import AUTO_K, BENCH_COLUMNS, DEMO_PROMPT, RUN_COLUMNS, UI_MAX_K
+from app.views import AUTO_K, BENCH_COLUMNS, DECODE_CONTROLS, DEMO_PROMPT, RUN_COLUMNS, UI_MAX_K
 
 MAX_K = 64  # the API's bound (sd2.config.MAX_K); the slider stops lower, the API names the field past it
 
@@ -32,9 +32,9 @@ def build_ui(client: ApiClient, docs_url: str | None = None, interval_s: float =
         large.change(None, large, None, js=LARGE_FONT_JS)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
-                gen_method = _generate_tab(h)
+                gen_method, gen_controls = _generate_tab(h)
             with gr.Tab("Compare", id="compare"):
-                cmp_methods = _compare_tab(h)
+                cmp_methods, cmp_controls = _compare_tab(h)
             with gr.Tab("Train", id="train"):
                 base = _train_tab(h, gen_method, cmp_methods)
             with gr.Tab("History", id="history") as history_tab:
@@ -42,6 +42,7 @@ def build_ui(client: ApiClient, docs_url: str | None = None, interval_s: float =
             with gr.Tab("Theory", id="theory") as theory_tab:
                 theory_inputs, theory_outputs = _theory_tab(h)
         demo.load(h.server_line, None, server)
+        demo.load(h.decode_defaults, None, [*gen_controls, *cmp_controls])
         demo.load(h.choices, None, [gen_method, cmp_methods, base, hist_method])
         history_tab.select(**refresh)
         theory_tab.select(h.theory, theory_inputs, theory_outputs)
@@ -59,7 +60,8 @@ def _header(docs_url: str) -> None:
 
 
 def _decode_controls(with_method: bool) -> dict:
-    """Prompt and decoding settings shared by Generate and Compare (same names as the API fields)."""
+    """Prompt and decoding settings shared by Generate and Compare (same names as the API fields). The
+    decode controls start empty: page load fills them with the API's defaults (GET /defaults)."""
     c = {"prompt": gr.Textbox(DEMO_PROMPT, label="Prompt", lines=3, elem_id=None)}
     if with_method:
         c["method"] = gr.Dropdown(
@@ -72,34 +74,36 @@ def _decode_controls(with_method: bool) -> dict:
     with gr.Row():
         c["k"] = gr.Dropdown(
             [AUTO_K, *(str(k) for k in range(1, UI_MAX_K + 1))],
-            value=AUTO_K,
+            value=None,
             label="k (drafts per block)",
             info="auto: each block's k from this machine's measured costs and the acceptance so far",
         )
         c["threshold"] = gr.Slider(
             0,
             1,
-            value=0,
+            value=None,
             step=0.05,
             label="Draft threshold",
             info="stop drafting once the drafter's probability of its draft is ≤ this (0 = off)",
         )
     with gr.Row():
-        c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="Temperature", info="0 = greedy")
-        c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", info="1 = off")
+        c["temperature"] = gr.Slider(0, 2, value=None, step=0.05, label="Temperature", info="0 = greedy")
+        c["top_p"] = gr.Slider(0.05, 1, value=None, step=0.05, label="Top-p", info="1 = off")
     with gr.Row():
-        c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+        c["max_new"] = gr.Slider(1, 1024, value=None, step=1, label="Max new tokens")
     with gr.Row():
-        c["seed"] = gr.Number(0, label="Seed", precision=0, minimum=0)
+        c["seed"] = gr.Number(None, label="Seed", precision=0, minimum=0, info="empty = a fresh seed")
         c["steering"] = gr.Checkbox(True, label="Steering (SD² head on)")
     return c
 
 
-def _generate_tab(h: Handlers) -> gr.Dropdown:
+def _generate_tab(h: Handlers) -> tuple[gr.Dropdown, list]:
+    """The Generate tab; returns its method menu and its decode controls (views.DECODE_CONTROLS)."""
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
             c = _decode_controls(with_method=True)
             c["prompt"].elem_id = "gen-prompt"
+            c["k"].elem_id, c["max_new"].elem_id = "gen-k", "gen-max-new"
             with gr.Accordion("Conversation (chat history)", open=False):
                 keep = gr.Checkbox(False, label="Continue the conversation (send the history as messages)")
                 chat = gr.Chatbot([], label="History", height=220)
@@ -130,10 +134,11 @@ def _generate_tab(h: Handlers) -> gr.Dropdown:
     run = go.click(h.generate, inputs, [trace, cards, acc, steer, status, chat], concurrency_limit=4)
     stop.click(None, None, None, cancels=[run])
     clear.click(lambda: [], None, chat)
-    return c["method"]
+    return c["method"], [c[name] for name in DECODE_CONTROLS]
 
 
-def _compare_tab(h: Handlers) -> gr.CheckboxGroup:
+def _compare_tab(h: Handlers) -> tuple[gr.CheckboxGroup, list]:
+    """The Compare tab; returns its methods and its decode controls (views.DECODE_CONTROLS)."""
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
             methods = gr.CheckboxGroup(
@@ -161,7 +166,7 @@ def _compare_tab(h: Handlers) -> gr.CheckboxGroup:
         c["steering"],
     ]
     go.click(h.compare, inputs, [note, columns, bars, curves], concurrency_limit=2)
-    return methods
+    return methods, [c[name] for name in DECODE_CONTROLS]
 
 
 def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGroup) -> gr.Dropdown:

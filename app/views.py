@@ -31,28 +31,51 @@ def drafting_label(summary: dict) -> str:
     return f"k = auto{mean}"
 
 
+# The decode controls each of Generate and Compare has, in the order `decode_control_values` fills them.
+DECODE_CONTROLS = ("k", "threshold", "temperature", "top_p", "max_new", "seed")
+
+
+def decode_control_values(defaults: dict) -> dict[str, dict]:
+    """GET /defaults → {control: its settings}: the API's own default for each decode control (the UI
+    keeps no copy of them), and the max-new-tokens slider capped at the server's limit."""
+    decode = defaults["decode"]
+    return {
+        "k": {"value": str(decode["k"])},  # the k menu's entries are strings: "auto", "1", …
+        "threshold": {"value": decode["draft_threshold"]},
+        "temperature": {"value": decode["temperature"]},
+        "top_p": {"value": decode["top_p"]},
+        "max_new": {
+            "value": min(decode["max_new_tokens"], defaults["max_new_tokens_limit"]),
+            "maximum": defaults["max_new_tokens_limit"],
+        },
+        "seed": {"value": decode["seed"]},
+    }
+
+
 def decode_body(
     prompt: str,
-    k: float | str,
-    draft_threshold: float,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: float,
+    k: float | str | None,
+    draft_threshold: float | None,
+    temperature: float | None,
+    top_p: float | None,
+    max_new_tokens: float | None,
     seed: float | None,
     steering: bool,
     history: Sequence[dict] | None = None,
 ) -> dict:
     """The shared /generate and /compare body; with a chat history, `messages` replaces `prompt`.
-    k: "auto" or a number of drafts per block."""
-    body: dict[str, Any] = {
-        "k": k if k == AUTO_K else int(k),
-        "draft_threshold": float(draft_threshold),
-        "temperature": float(temperature),
-        "top_p": float(top_p),
-        "max_new_tokens": int(max_new_tokens),
-        "seed": None if seed is None else int(seed),
-        "steering": bool(steering),
+    k: "auto" or a number of drafts per block. A control still empty (page load fills them from
+    GET /defaults) is left out, so the API's default applies; an empty seed is null (a fresh seed)."""
+    chosen = {
+        "k": None if k is None else (k if k == AUTO_K else int(k)),
+        "draft_threshold": None if draft_threshold is None else float(draft_threshold),
+        "temperature": None if temperature is None else float(temperature),
+        "top_p": None if top_p is None else float(top_p),
+        "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens),
     }
+    body: dict[str, Any] = {name: value for name, value in chosen.items() if value is not None}
+    body["seed"] = None if seed is None else int(seed)
+    body["steering"] = bool(steering)
     if history:
         body["messages"] = [*_plain(history), {"role": "user", "content": prompt}]
     else:

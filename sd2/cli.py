@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from sd2.cli_args import add_placement_arguments, parse_drafters
-from sd2.config import parse_k
+from sd2.config import DECODE_DEFAULTS, parse_k
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
@@ -33,21 +33,21 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--k",
         type=parse_k,
-        default=None,
+        default=DECODE_DEFAULTS.k,
         help="drafts per block, or auto (the default): each block's k from the pair's measured costs "
         "and the run's acceptance so far",
     )
     p.add_argument(
         "--draft-threshold",
         type=float,
-        default=None,
+        default=DECODE_DEFAULTS.draft_threshold,
         help="stop a block's draft once the drafter's probability of its latest draft is ≤ this (0 = never)",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=DECODE_DEFAULTS.temperature, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=DECODE_DEFAULTS.top_k, help="0 = off")
+    p.add_argument("--top-p", type=float, default=DECODE_DEFAULTS.top_p, help="1 = off")
+    p.add_argument("--max-new-tokens", type=int, default=DECODE_DEFAULTS.max_new_tokens)
+    p.add_argument("--seed", type=int, default=DECODE_DEFAULTS.seed)
     p.add_argument(
         "--raw", action="store_true", help="send the prompt as plain text, without the chat template"
     )
@@ -68,14 +68,14 @@ def _generate(args: argparse.Namespace) -> int:
     from sd2.console import format_metrics, render_blocks
     from sd2.engine import Engine, GenerateRequest
 
-    chosen = {"k": args.k, "draft_threshold": args.draft_threshold}  # None: DecodeConfig's default
     decode = DecodeConfig(
+        k=args.k,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
-        **{name: value for name, value in chosen.items() if value is not None},
+        draft_threshold=args.draft_threshold,
     )
     drafters = parse_drafters(args.drafter)
     engine = Engine.load(
@@ -85,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         batch_invariant=not args.stock_kernels,
     )
-    method = args.method or next(iter(engine.drafters), "verifier")  # sd2 first when it ships
+    method = args.method or next(iter(engine.drafter_names()), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
         prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw
     )

@@ -19,7 +19,7 @@ AUTO_MAX_K = 16  # the longest draft k = auto considers
 MIN_TEMPERATURE = 1e-3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
     """How one generation runs. Errors raise `sd2.errors.InvalidValue` naming the field."""
 
@@ -87,3 +87,8 @@ def parse_k(text: str) -> int | str:
 def _check(ok: bool, field: str, rule: str, value: object) -> None:
     if not ok:
         raise InvalidValue(field, f"{field} {rule}, got {value!r}")
+
+
+# The one source of the decode defaults: the CLI's flags, the API's schema and (through GET /defaults)
+# the UI's controls read them from here.
+DECODE_DEFAULTS = DecodeConfig()

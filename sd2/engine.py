@@ -53,7 +53,7 @@ class UnknownDrafterError(InvalidValue):
         super().__init__("drafter", f"unknown drafter {name!r}; loaded: {', '.join(loaded) or 'none'}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerateRequest:
     """One generation: what to say, which method, how to decode."""
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
-from sd2.config import AUTO_K, MAX_K, MIN_TEMPERATURE
+from sd2.config import AUTO_K, DECODE_DEFAULTS, MAX_K, MIN_TEMPERATURE
 from sd2.trace import BlockKind
 from service.settings import NAME_PATTERN
 
@@ -85,30 +85,35 @@ class DecodeSettings(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     k: Annotated[int, Field(ge=1, le=MAX_K)] | Literal["auto"] = Field(
-        AUTO_K,
+        DECODE_DEFAULTS.k,
         description="drafts per block, or \"auto\": each block's k from the pair's measured costs and "
         "the run's acceptance so far",
     )
     draft_threshold: float = Field(
-        0.0,
+        DECODE_DEFAULTS.draft_threshold,
         ge=0,
         le=1,
         description="stop a block's draft once the drafter's probability of its latest draft is ≤ this "
         "(0 = never, 1 = after one draft)",
     )
     temperature: float = Field(
-        0.0,
+        DECODE_DEFAULTS.temperature,
         ge=0,
         le=100,
         description=f"0 = greedy: output equals the verifier's greedy; otherwise ≥ {MIN_TEMPERATURE}",
     )
-    top_k: int = Field(0, ge=0, description="0 = off; applied to verifier and drafter alike (lossless)")
-    top_p: float = Field(1.0, gt=0, le=1, description="1 = off")
+    top_k: int = Field(
+        DECODE_DEFAULTS.top_k, ge=0, description="0 = off; applied to verifier and drafter alike (lossless)"
+    )
+    top_p: float = Field(DECODE_DEFAULTS.top_p, gt=0, le=1, description="1 = off")
     max_new_tokens: int = Field(
-        128, ge=1, le=TOKENS_CAP, description="capped by the server's SD2_MAX_NEW_TOKENS"
+        DECODE_DEFAULTS.max_new_tokens,
+        ge=1,
+        le=TOKENS_CAP,
+        description="capped by the server's SD2_MAX_NEW_TOKENS",
     )
     seed: int | None = Field(
-        0, ge=0, lt=2**63, description="seeds the run's one torch.Generator; null = fresh"
+        DECODE_DEFAULTS.seed, ge=0, lt=2**63, description="seeds the run's one torch.Generator; null = fresh"
     )
     steering: bool = Field(True, description="use the drafter's SD² head when it has one")
     chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
@@ -321,6 +326,23 @@ class HealthOut(BaseModel):
         description="whether the verifier runs on length-invariant kernels (exact speculative output)"
     )
     database: bool
+
+
+class DecodeDefaultsOut(BaseModel):
+    """The value the API gives each decode field a request leaves out (sd2.config.DECODE_DEFAULTS)."""
+
+    k: int | Literal["auto"]
+    draft_threshold: float
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new_tokens: int
+    seed: int | None
+
+
+class DefaultsOut(BaseModel):
+    decode: DecodeDefaultsOut
+    max_new_tokens_limit: int = Field(description="this server's cap on max_new_tokens (SD2_MAX_NEW_TOKENS)")
 
 
 class VersionOut(BaseModel):

@@ -31,7 +31,7 @@ def parse_drafters(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything the service reads from its environment. Each default says why it is safe."""
 

@@ -33,7 +33,7 @@ MANIFEST = "manifest.json"
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardConfig:
     """How examples become rows."""
 

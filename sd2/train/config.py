@@ -8,7 +8,7 @@ OBJECTIVES = ("pretrain", "distill", "sd2")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One training run. Defaults follow the paper's recipe scaled to a small CPU-trainable drafter."""
 

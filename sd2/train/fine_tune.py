@@ -30,7 +30,7 @@ BUILTIN_TEXTS = (
 EVAL_PROMPTS = ("Why is the sky blue?", "Write a haiku about speculative decoding.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FineTune:
     """One fine-tune: which loaded drafter it starts from, the recipe, and the texts it learns."""
 

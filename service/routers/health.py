@@ -1,14 +1,17 @@
-"""GET /health and GET /version."""
+"""GET /health, GET /defaults and GET /version."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 import sd2
+from sd2.config import DECODE_DEFAULTS
 from service.db import SCHEMA_VERSION
 from service.deps import ServicesDep
-from service.schemas import HealthOut, VersionOut
+from service.schemas import DefaultsOut, HealthOut, VersionOut
 
 router = APIRouter(tags=["health"])
 API_VERSION = "1"
@@ -33,6 +36,15 @@ async def health(services: ServicesDep):
         "database": database,
     }
     return JSONResponse(body, status_code=200 if database else 503)
+
+
+@router.get(
+    "/defaults",
+    response_model=DefaultsOut,
+    summary="The decode settings a request gets for each field it leaves out",
+)
+async def defaults(services: ServicesDep):
+    return {"decode": asdict(DECODE_DEFAULTS), "max_new_tokens_limit": services.settings.max_new_tokens}
 
 
 @router.get("/version", response_model=VersionOut)

@@ -36,7 +36,15 @@ def test_page_loads_without_leaving_loopback(ui):
 
 
 def test_generate_streams_coloured_tokens_and_a_growing_plot(ui):
+    from sd2.config import DecodeConfig
+
     ui.open()
+    # page load set the controls from GET /defaults: DecodeConfig's own values, no copy in the UI
+    ui.page.wait_for_function(
+        "(n) => document.querySelector('#gen-max-new input[type=number]')?.value === n",
+        arg=str(DecodeConfig().max_new_tokens),
+    )
+    assert ui.page.input_value("#gen-k input") == DecodeConfig().k
     ui.page.fill("#gen-prompt textarea", "Tell me a short story about a cat.")
     # Record the plot's bar count every 30 ms in the page itself, so no repaint is missed.
     ui.page.evaluate(

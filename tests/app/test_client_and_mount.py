@@ -83,6 +83,29 @@ def test_decode_body_sends_history_as_messages():
     auto = views.decode_body("Hi", "auto", 0.4, 0, 1, 32, 0, True)
     assert auto["k"] == "auto" and auto["draft_threshold"] == 0.4
     assert views.decode_body("Hi", "8", 0, 0, 1, 32, 0, True)["k"] == 8  # the menu's choices are text
+    unset = views.decode_body("Hi", None, None, None, None, None, None, True)  # before page load filled them
+    assert unset == {"prompt": "Hi", "seed": None, "steering": True}
+
+
+def test_the_decode_controls_start_at_the_apis_defaults(client, live_ui):
+    """The UI keeps no copy of the decode defaults: page load sets each control from GET /defaults."""
+    import gradio as gr
+
+    from app.handlers import Handlers
+    from sd2.config import DecodeConfig
+
+    defaults = client.defaults()
+    assert defaults["decode"]["max_new_tokens"] == DecodeConfig().max_new_tokens
+    updates = Handlers(client).decode_defaults()
+    assert len(updates) == 2 * len(views.DECODE_CONTROLS)
+    generate = dict(zip(views.DECODE_CONTROLS, updates, strict=False))
+    assert generate["k"]["value"] == str(DecodeConfig().k)
+    assert generate["top_p"]["value"] == DecodeConfig().top_p
+    assert generate["max_new"]["value"] == DecodeConfig().max_new_tokens
+    assert generate["max_new"]["maximum"] == defaults["max_new_tokens_limit"] == 256
+    assert updates[: len(views.DECODE_CONTROLS)] == updates[len(views.DECODE_CONTROLS) :]  # Compare alike
+    down = Handlers(ApiClient("http://127.0.0.1:9")).decode_defaults()  # API unreachable: left as they are
+    assert down == tuple(gr.skip() for _ in range(12))
 
 
 def test_sd2_ui_command_is_wired():

@@ -34,13 +34,25 @@ def test_health_version_drafters(client):
     assert drafter["n_params"] > 10_000
 
 
+def test_defaults_are_decode_configs_own_and_what_an_omitted_field_gets(client):
+    from dataclasses import asdict
+
+    from sd2.config import DecodeConfig
+
+    body = client.get("/defaults").json()
+    assert body == {"decode": asdict(DecodeConfig()), "max_new_tokens_limit": 256}
+    run = client.post("/generate", json={"prompt": "Hi", "method": "tiny", "max_new_tokens": 4}).json()
+    assert run["config"] == {**body["decode"], "max_new_tokens": 4}
+
+
 def test_openapi_documents_every_endpoint_with_examples(client):
     spec = client.get("/openapi.json").json()
     expected = {
         ("post", "/generate"), ("post", "/compare"), ("get", "/runs"), ("get", "/runs/{run_id}"),
         ("get", "/runs/{run_id}/export"), ("delete", "/runs/{run_id}"), ("get", "/stats"),
         ("get", "/drafters"),
-        ("get", "/health"), ("get", "/version"), ("post", "/train"), ("get", "/train/{job_id}"),
+        ("get", "/health"), ("get", "/version"), ("get", "/defaults"),
+        ("post", "/train"), ("get", "/train/{job_id}"),
         ("get", "/train/{job_id}/stream"), ("post", "/train/{job_id}/cancel"),
         ("post", "/benchmarks"), ("get", "/benchmarks"), ("get", "/benchmarks/{benchmark_id}"),
         ("delete", "/benchmarks/{benchmark_id}"),
