@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from sd2.trace import counts_for_tau
-from service.orm import BenchmarkRow, BlockRow, DrafterRow, MetricPoint, Run, TokenEventRow, TrainingJob
+from service.orm import BenchmarkRow, BlockRow, DrafterRow, MetricPoint, Run, TrainingJob
+from service.trace_rows import block_dict
 
 RUN_SUMMARY_FIELDS = (
     *("id", "created_at", "status", "error", "method", "drafter", "steering", "prompt_set", "prompt"),
@@ -82,43 +82,6 @@ def get_run(session: Session, run_id: int) -> dict | None:
         blocks=[block_dict(b) for b in run.blocks],
     )
     return data
-
-
-def block_dict(block: BlockRow) -> dict:
-    drafts = [event_dict(e) for e in block.events if not e.is_extra]
-    extra = next((event_dict(e) for e in block.events if e.is_extra), None)
-    n_accepted_drafts = sum(d["status"] == "accepted" for d in drafts)
-    return {
-        "index": block.index,
-        "kind": block.kind,
-        "drafts": drafts,
-        "extra": extra,
-        "k": block.k,
-        "n_accepted": block.n_accepted,
-        "complete": block.complete,
-        "overlaps": block.overlaps,
-        "steering_norm": block.steering_norm,
-        "layer_bias_norms": block.layer_bias_norms,
-        "timings": {
-            "draft_ms": block.draft_ms,
-            "verify_ms": block.verify_ms,
-            "steer_ms": block.steer_ms,
-            "total_ms": block.total_ms,
-        },
-        "draft_stop": block.draft_stop,
-        "n_emitted": n_accepted_drafts + (extra is not None),
-        "counts_for_tau": counts_for_tau(block.kind, block.complete),
-    }
-
-
-def event_dict(event: TokenEventRow) -> dict:
-    return {
-        "token_id": event.token_id,
-        "status": event.status,
-        "draft_prob": event.draft_prob,
-        "target_prob": event.target_prob,
-        "text": event.text,
-    }
 
 
 def stats(session: Session) -> list[dict]:

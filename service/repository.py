@@ -8,7 +8,7 @@ store never holds a half-written trace.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
@@ -27,6 +27,7 @@ from service.orm import (
     TrainingJob,
     utcnow,
 )
+from service.trace_rows import block_params, event_params
 
 TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
 
@@ -121,42 +122,14 @@ def _insert_run(session: Session, record: RunRecord, comparison_id: int | None =
 
 def _insert_blocks(session: Session, run_id: int, blocks: Sequence[Block]) -> None:
     """Bulk-insert the trace: one executemany for blocks, one for events (a 128-token run is ~150 rows)."""
-    block_params = [
-        {
-            "run_id": run_id,
-            "index": b.index,
-            "kind": b.kind,
-            "k": b.k,
-            "n_accepted": b.n_accepted,
-            "complete": b.complete,
-            "overlaps": list(b.overlaps),
-            "steering_norm": b.steering_norm,
-            "layer_bias_norms": list(b.layer_bias_norms),
-            "draft_stop": None if b.draft_stop is None else str(b.draft_stop),
-            **asdict(b.timings),
-        }
-        for b in blocks
-    ]
     block_ids = session.scalars(
-        insert(BlockRow).returning(BlockRow.id, sort_by_parameter_order=True), block_params
+        insert(BlockRow).returning(BlockRow.id, sort_by_parameter_order=True),
+        [block_params(run_id, b) for b in blocks],
     ).all()
-    event_params = [
-        {
-            "block_id": block_id,
-            "run_id": run_id,
-            "position": position,
-            "is_extra": token is block.extra,
-            "token_id": token.token_id,
-            "text": token.text,
-            "status": str(token.status),
-            "draft_prob": token.draft_prob,
-            "target_prob": token.target_prob,
-        }
-        for block_id, block in zip(block_ids, blocks, strict=True)
-        for position, token in enumerate([*block.drafts, *([block.extra] if block.extra else [])])
-    ]
-    if event_params:
-        session.execute(insert(TokenEventRow), event_params)
+    pairs = zip(block_ids, blocks, strict=True)
+    events = [row for block_id, block in pairs for row in event_params(run_id, block_id, block)]
+    if events:
+        session.execute(insert(TokenEventRow), events)
 
 
 def upsert_drafter(db: Database, info: DrafterInfo) -> None:

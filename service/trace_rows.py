@@ -1,0 +1,71 @@
+"""The trace's dataclasses (sd2.trace) ↔ their ORM rows: one mapping, derived from the dataclass fields.
+
+A Block is stored as one `blocks` row (its scalar fields, its BlockTimings flattened into `*_ms`
+columns) and one `token_events` row per draft and extra token; reading a run back rebuilds exactly
+`Block.to_dict()` (docs/trace.md). A field added to a dataclass reaches the store and the API through
+here, and `tests/service/test_schema_coverage.py` fails until the ORM has its column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from enum import Enum
+
+from sd2.trace import Block, BlockTimings, TokenEvent, counts_for_tau
+from service.orm import BlockRow, TokenEventRow
+
+NESTED = ("drafts", "extra", "timings")  # Block fields stored elsewhere: token_events rows, *_ms columns
+BLOCK_COLUMNS = tuple(f.name for f in fields(Block) if f.name not in NESTED)
+TIMING_COLUMNS = tuple(f.name for f in fields(BlockTimings))
+EVENT_COLUMNS = tuple(f.name for f in fields(TokenEvent))
+
+
+def _stored(value):
+    """A column value: enums as their text, sequences as lists (JSON columns)."""
+    if isinstance(value, Enum):
+        return str(value)
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def block_params(run_id: int, block: Block) -> dict:
+    """The `blocks` row of a Block (for a bulk insert)."""
+    return {
+        "run_id": run_id,
+        **{name: _stored(getattr(block, name)) for name in BLOCK_COLUMNS},
+        **{name: getattr(block.timings, name) for name in TIMING_COLUMNS},
+    }
+
+
+def event_params(run_id: int, block_id: int, block: Block) -> list[dict]:
+    """The `token_events` rows of a Block: its drafts in order, then its extra token."""
+    tokens = [*block.drafts, *([block.extra] if block.extra is not None else [])]
+    return [
+        {
+            "block_id": block_id,
+            "run_id": run_id,
+            "position": position,
+            "is_extra": token is block.extra,
+            **{name: _stored(getattr(token, name)) for name in EVENT_COLUMNS},
+        }
+        for position, token in enumerate(tokens)
+    ]
+
+
+def block_dict(row: BlockRow) -> dict:
+    """A stored block as `Block.to_dict()` gives it."""
+    drafts = [event_dict(e) for e in row.events if not e.is_extra]
+    extra = next((event_dict(e) for e in row.events if e.is_extra), None)
+    n_accepted_drafts = sum(d["status"] == "accepted" for d in drafts)
+    return {
+        **{name: getattr(row, name) for name in BLOCK_COLUMNS},
+        "drafts": drafts,
+        "extra": extra,
+        "timings": {name: getattr(row, name) for name in TIMING_COLUMNS},
+        "n_emitted": n_accepted_drafts + (extra is not None),
+        "counts_for_tau": counts_for_tau(row.kind, row.complete),
+    }
+
+
+def event_dict(row: TokenEventRow) -> dict:
+    """A stored token event as `TokenEvent`'s dict."""
+    return {name: getattr(row, name) for name in EVENT_COLUMNS}
