@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sd2.train.fine_tune import FineTune
 from service import repository
 from service.db import Database
 from service.generation import ModelHost
@@ -25,23 +26,14 @@ from service.generation import ModelHost
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainSpec:
-    """What a job trains; mirrors schemas.TrainIn plus where the checkpoint must go."""
+    """A queued job: its id, the drafter name it registers, and what it trains. `job.out_dir` is
+    SD2_HOME/drafters/<name>, built from a validated name, never from a path in a request."""
 
     job_id: int
     name: str
-    method: str  # pretrain | distill | sd2
-    base_drafter: str
-    data: tuple[str, ...] | None
-    steps: int
-    lr: float
-    k: int
-    seq_len: int
-    batch_size: int
-    seed: int
-    output_dir: Path  # SD2_HOME/drafters/<name>: built from a validated name, never from a path in a request
-    precision: str = "auto"  # auto | fp32 | bf16 (TrainConfig.precision)
+    job: FineTune
 
 
 OnMetric = Callable[[int, Mapping[str, float]], None]
@@ -68,24 +60,23 @@ class JobRunner:
         self._thread.join(timeout)
 
     def submit(self, name: str, method: str, base_drafter: str, spec: Mapping) -> int:
+        """Store the job (`spec`: TrainIn's other fields, as the job's row keeps them) and queue it."""
         job_id = repository.create_job(self.db, name, method, base_drafter, spec)
-        self._queue.put(
-            TrainSpec(
-                job_id=job_id,
-                name=name,
-                method=method,
-                base_drafter=base_drafter,
-                data=tuple(spec["data"]) if spec.get("data") else None,
-                steps=spec["steps"],
-                lr=spec["lr"],
-                k=spec["k"],
-                seq_len=spec["seq_len"],
-                batch_size=spec["batch_size"],
-                seed=spec["seed"],
-                output_dir=self.drafters_dir / name,
-                precision=spec.get("precision", "auto"),
-            )
+        job = FineTune(
+            objective=method,
+            base=base_drafter,
+            out_dir=self.drafters_dir / name,
+            steps=spec["steps"],
+            batch_size=spec["batch_size"],
+            lr=spec["lr"],
+            k=spec["k"],
+            seq_len=spec["seq_len"],
+            seed=spec["seed"],
+            precision=spec.get("precision", "auto"),
+            texts=tuple(spec["data"]) if spec.get("data") else None,
+            card={"base": base_drafter, "trainer": "service job (sd2.train)", "job_id": job_id},
         )
+        self._queue.put(TrainSpec(job_id=job_id, name=name, job=job))
         return job_id
 
     def cancel(self, job_id: int) -> None:
@@ -106,7 +97,7 @@ class JobRunner:
             return self._shutdown.is_set() or spec.job_id in self._cancelled
 
         def on_metric(step: int, metrics: Mapping[str, float]) -> None:
-            repository.add_metric_points(self.db, spec.job_id, step, metrics, min(step / spec.steps, 1.0))
+            repository.add_metric_points(self.db, spec.job_id, step, metrics, min(step / spec.job.steps, 1.0))
 
         try:
             checkpoint = self.train_fn(spec, on_metric, should_stop)

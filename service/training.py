@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sd2.train.fine_tune import FineTune, fine_tune_trainer
+from sd2.train.fine_tune import fine_tune_trainer
 from sd2.train.trainer import TrainCallback
 from service.generation import ModelHost
 from service.jobs import OnMetric, TrainSpec
@@ -29,24 +29,10 @@ class RecipeTrainer:
         self.host = host
 
     def __call__(self, spec: TrainSpec, on_metric: OnMetric, should_stop: Callable[[], bool]) -> Path | None:
-        job = FineTune(
-            objective=spec.method,
-            base=spec.base_drafter,
-            out_dir=spec.output_dir,
-            steps=spec.steps,
-            batch_size=spec.batch_size,
-            lr=spec.lr,
-            k=spec.k,
-            seq_len=spec.seq_len,
-            seed=spec.seed,
-            precision=spec.precision,
-            texts=spec.data,
-            card={"base": spec.base_drafter, "trainer": "service job (sd2.train)", "job_id": spec.job_id},
-        )
         with tempfile.TemporaryDirectory(prefix="sd2-job-") as scratch:
             callbacks = [_MetricBuffer(on_metric, should_stop)]
             trainer = fine_tune_trainer(
-                self.host.engine, job, Path(scratch), callbacks=callbacks, model_lock=self.host.lock
+                self.host.engine, spec.job, Path(scratch), callbacks=callbacks, model_lock=self.host.lock
             )
             out = trainer.run()
         if should_stop():
