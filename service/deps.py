@@ -33,6 +33,15 @@ class Services:
     async def in_thread(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
+    async def query(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """`fn(session, *args, **kwargs)` in one read session, in a worker thread (service.queries)."""
+
+        def read() -> T:
+            with self.db.read() as session:
+                return fn(session, *args, **kwargs)
+
+        return await self.in_thread(read)
+
 
 def get_services(request: Request) -> Services:
     return request.app.state.services

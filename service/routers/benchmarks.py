@@ -45,11 +45,7 @@ async def list_benchmarks(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ):
-    def read():
-        with services.db.read() as session:
-            return queries.list_benchmarks(session, limit, offset)
-
-    items, total = await services.in_thread(read)
+    items, total = await services.query(queries.list_benchmarks, limit, offset)
     return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 
@@ -57,11 +53,7 @@ async def list_benchmarks(
     "/benchmarks/{benchmark_id}", response_model=BenchmarkDetail, summary="A stored result with its cells"
 )
 async def get_benchmark(benchmark_id: BenchmarkId, services: ServicesDep):
-    def read():
-        with services.db.read() as session:
-            return queries.get_benchmark(session, benchmark_id)
-
-    found = await services.in_thread(read)
+    found = await services.query(queries.get_benchmark, benchmark_id)
     if found is None:
         raise not_found("benchmark_id", f"no benchmark {benchmark_id}")
     return found

@@ -43,29 +43,21 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ):
-    def read():
-        with services.db.read() as session:
-            return queries.list_runs(
-                session,
-                method=method,
-                drafter=drafter,
-                status=status,
-                since=since,
-                until=until,
-                limit=limit,
-                offset=offset,
-            )
-
-    items, total = await services.in_thread(read)
+    items, total = await services.query(
+        queries.list_runs,
+        method=method,
+        drafter=drafter,
+        status=status,
+        since=since,
+        until=until,
+        limit=limit,
+        offset=offset,
+    )
     return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 
 async def _run_or_404(services, run_id: int) -> dict:
-    def read():
-        with services.db.read() as session:
-            return queries.get_run(session, run_id)
-
-    run = await services.in_thread(read)
+    run = await services.query(queries.get_run, run_id)
     if run is None:
         raise not_found("run_id", f"no run {run_id}")
     return run
@@ -118,8 +110,4 @@ async def delete_run(run_id: RunId, services: ServicesDep) -> Response:
     "/stats", response_model=list[StatsRow], summary="τ, acceptance and tokens/s per method and prompt set"
 )
 async def stats(services: ServicesDep):
-    def read():
-        with services.db.read() as session:
-            return queries.stats(session)
-
-    return await services.in_thread(read)
+    return await services.query(queries.stats)

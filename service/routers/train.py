@@ -57,11 +57,7 @@ def _check(body: TrainIn, services: Services) -> None:
 
 
 async def _job_or_404(services: Services, job_id: int, after_point: int = 0) -> dict:
-    def read():
-        with services.db.read() as session:
-            return queries.get_job(session, job_id, after_point)
-
-    job = await services.in_thread(read)
+    job = await services.query(queries.get_job, job_id, after_point)
     if job is None:
         raise not_found("job_id", f"no job {job_id}")
     return job
