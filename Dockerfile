@@ -42,6 +42,6 @@ EXPOSE 8000 7860
 
 # The first start converts the embedded verifier into /data (about 20 s); later starts take seconds.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=180s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=5)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/ready', timeout=5)"]
 
 CMD ["sd2", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -114,6 +114,29 @@ class Database:
         except Exception:  # health reports the failure instead of raising it
             return False
 
+    def writable(self, timeout_ms: int = 1000) -> bool:
+        """Whether a write transaction can start and update a row within `timeout_ms` (GET /ready); the
+        probe is rolled back, so it changes nothing."""
+        try:
+            with self.engine.execution_options(**{_WRITE: True}).connect() as conn:
+                raw = conn.connection.dbapi_connection  # no transaction yet: the timeout applies to BEGIN
+                if self.is_sqlite:
+                    raw.execute(f"PRAGMA busy_timeout={int(timeout_ms)}")
+                try:
+                    transaction = conn.begin()
+                    try:
+                        if conn.dialect.name == "postgresql":
+                            conn.execute(text(f"SET LOCAL lock_timeout = {int(timeout_ms)}"))
+                        conn.execute(text("UPDATE schema_version SET version = version"))
+                    finally:
+                        transaction.rollback()
+                finally:
+                    if self.is_sqlite:
+                        raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            return True
+        except Exception:  # readiness reports the failure instead of raising it
+            return False
+
     def dispose(self) -> None:
         self.engine.dispose()
 

@@ -47,6 +47,7 @@ class JobRunner:
         self.db, self.host, self.train_fn, self.drafters_dir = db, host, train_fn, drafters_dir
         self._queue: queue.Queue[TrainSpec | None] = queue.Queue()
         self._cancelled: set[int] = set()
+        self._unrecorded: dict[int, str] = {}  # job id → error, for failures the store refused to record
         self._shutdown = threading.Event()
         self._thread = threading.Thread(target=self._work, name="sd2-train-worker", daemon=True)
 
@@ -84,13 +85,34 @@ class JobRunner:
         self._cancelled.add(job_id)
         repository.finish_job_if_queued(self.db, job_id)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread is running (GET /ready reports it)."""
+        return self._thread.is_alive()
+
     def _work(self) -> None:
         while not self._shutdown.is_set():
             spec = self._queue.get()
             if spec is None:
                 return
-            if repository.start_job(self.db, spec.job_id):  # False: cancelled while queued
-                self._run(spec)
+            self._record_unrecorded()
+            try:
+                if repository.start_job(self.db, spec.job_id):  # False: cancelled while queued
+                    self._run(spec)
+            except Exception as err:  # the store failed around the job: it fails, the worker lives on
+                log.exception("training job %d: the store failed", spec.job_id)
+                self._unrecorded[spec.job_id] = f"the store failed: {type(err).__name__}"
+                self._record_unrecorded()
+
+    def _record_unrecorded(self) -> None:
+        """Mark failed the jobs whose failure the store could not take yet (retried before each job)."""
+        for job_id, error in list(self._unrecorded.items()):
+            try:
+                repository.finish_job(self.db, job_id, "failed", error=error)
+            except Exception:
+                log.warning("training job %d: its failure is not recorded yet (the store is down)", job_id)
+                return
+            del self._unrecorded[job_id]
 
     def _run(self, spec: TrainSpec) -> None:
         def should_stop() -> bool:

@@ -328,6 +328,13 @@ class HealthOut(BaseModel):
     database: bool
 
 
+class ReadyOut(BaseModel):
+    status: Literal["ready", "not_ready"]
+    models_loaded: bool
+    database_writable: bool = Field(description="a write transaction can start now (probed, rolled back)")
+    training_worker: bool = Field(description="the training jobs' worker thread is alive")
+
+
 class DecodeDefaultsOut(BaseModel):
     """The value the API gives each decode field a request leaves out (sd2.config.DECODE_DEFAULTS)."""
 

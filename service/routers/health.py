@@ -1,4 +1,4 @@
-"""GET /health, GET /defaults and GET /version."""
+"""GET /health (liveness), GET /ready (readiness), GET /defaults and GET /version."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sd2
 from sd2.config import DECODE_DEFAULTS
 from service.db import SCHEMA_VERSION
 from service.deps import ServicesDep
-from service.schemas import DefaultsOut, HealthOut, VersionOut
+from service.schemas import DefaultsOut, HealthOut, ReadyOut, VersionOut
 
 router = APIRouter(tags=["health"])
 API_VERSION = "1"
@@ -36,6 +36,22 @@ async def health(services: ServicesDep):
         "database": database,
     }
     return JSONResponse(body, status_code=200 if database else 503)
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyOut,
+    summary="Ready for traffic: models loaded, database writable, training worker alive",
+    responses={503: {"model": ReadyOut, "description": "a check failed; it is false in the body"}},
+)
+async def ready(services: ServicesDep):
+    checks = {
+        "models_loaded": True,  # the lifespan loads them before the first request is served
+        "database_writable": await services.in_thread(services.db.writable),
+        "training_worker": services.jobs.alive,
+    }
+    ok = all(checks.values())
+    return JSONResponse({"status": "ready" if ok else "not_ready", **checks}, status_code=200 if ok else 503)
 
 
 @router.get(

@@ -109,10 +109,10 @@ def test_sd2_home_is_a_named_volume_shared_with_the_image(compose, dockerfile):
     assert volume in compose["volumes"], "a named volume (declared at the top level), not a bind mount"
 
 
-def test_backend_healthcheck_hits_health_on_the_served_port(compose):
+def test_backend_healthcheck_hits_ready_on_the_served_port(compose):
     check = compose["services"]["backend"]["healthcheck"]
     probe = " ".join(check["test"])
-    assert "http://127.0.0.1:8000/health" in probe
+    assert "http://127.0.0.1:8000/ready" in probe  # readiness: DB writable, worker alive
     assert check["test"][0] == "CMD"
     assert _seconds(check["start_period"]) >= 60, "the first start converts the verifier (~20 s)"
 
@@ -193,7 +193,7 @@ def test_dockerfile_exposes_the_ports_and_serves_by_default(dockerfile, compose)
     assert shlex.split(cmd.strip("[]").replace(",", " ")) == compose["services"]["backend"]["command"]
     assert next(args for keyword, args in reversed(dockerfile) if keyword == "USER") != "root"
     health = next(args for keyword, args in dockerfile if keyword == "HEALTHCHECK")
-    assert "http://127.0.0.1:8000/health" in health
+    assert "http://127.0.0.1:8000/ready" in health
 
 
 def test_dockerfile_copies_only_what_exists_and_is_not_ignored(dockerfile):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 import time
 
 import httpx
@@ -12,7 +14,7 @@ from fastapi.testclient import TestClient
 from sd2.engine import Engine
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import PROMPT, count, live_server
+from tests.service.conftest import PROMPT, count, db_path, live_server
 
 
 def _raise_after(n_calls: int):
@@ -126,3 +128,67 @@ def test_settings_from_env_defaults_and_parsing(tmp_path):
     for bad in ("../x=/p", "noequals", "a="):
         with pytest.raises(ValueError, match="SD2_DRAFTERS"):
             Settings.from_env({"SD2_DRAFTERS": bad})
+
+
+def _rename_table(settings: Settings, old: str, new: str) -> None:
+    """A real store failure from outside the service: the table its next statement needs is gone."""
+    with sqlite3.connect(db_path(settings)) as conn:
+        conn.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+
+def _await_log(caplog, text: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while text not in caplog.text:
+        assert time.time() < deadline, f"never logged {text!r}"
+        time.sleep(0.05)
+
+
+def test_a_store_failure_around_jobs_leaves_the_training_worker_alive(settings, caplog):
+    """D5: the store fails as one job ends and as the next starts; the worker lives on, /ready says so,
+    the two jobs are marked failed once the store is back, and a later job runs."""
+    started, release = threading.Event(), threading.Event()
+
+    def gated(spec, on_metric, should_stop):
+        started.set()
+        release.wait(30)
+        return None  # "stopped early": the runner records the job as cancelled
+
+    body = {"base_drafter": "tiny", "steps": 2}
+    with TestClient(create_app(settings, train_fn=gated)) as client:
+        first = client.post("/train", json={**body, "name": "first"}).json()["id"]
+        second = client.post("/train", json={**body, "name": "second"}).json()["id"]
+        assert started.wait(30)
+        _rename_table(settings, "training_jobs", "training_jobs_away")
+        release.set()
+        _await_log(caplog, f"training job {first}: the store failed")
+        _await_log(caplog, f"training job {second}: the store failed")
+        assert client.get("/ready").json()["training_worker"] is True
+        _rename_table(settings, "training_jobs_away", "training_jobs")
+        third = client.post("/train", json={**body, "name": "third"}).json()["id"]
+        assert _wait_job(client, third)["status"] == "cancelled"  # the worker took it
+        for job_id in (first, second):
+            job = client.get(f"/train/{job_id}").json()
+            assert job["status"] == "failed" and job["error"] == "the store failed: OperationalError", job
+
+
+def test_ready_reports_an_unwritable_store_with_503(settings):
+    with TestClient(create_app(settings)) as client:
+        ready = client.get("/ready")
+        assert ready.status_code == 200 and ready.json() == {
+            "status": "ready", "models_loaded": True, "database_writable": True, "training_worker": True,
+        }  # fmt: skip
+        with sqlite3.connect(db_path(settings), timeout=1) as holder:
+            holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock past the probe's timeout
+            held = client.get("/ready")
+            holder.rollback()
+        assert held.status_code == 503 and held.json()["database_writable"] is False
+        assert held.json()["status"] == "not_ready"
+        assert client.get("/ready").status_code == 200  # and ready again once the lock is gone
+
+
+def _wait_job(client, job_id: int, timeout: float = 30) -> dict:
+    deadline = time.time() + timeout
+    while (job := client.get(f"/train/{job_id}").json())["status"] in ("queued", "running"):
+        assert time.time() < deadline, job
+        time.sleep(0.05)
+    return job
