@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 import sd2
 from sd2.engine import Engine
+from sd2.train.checkpoint import sweep_interrupted_saves
 from service import queries, repository
 from service.db import Database
 from service.deps import Services
@@ -75,6 +76,8 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
             dtype=settings.dtype,
             home=settings.home,
         )
+    for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
+        log.warning("swept %s, left by a checkpoint save that did not finish", path)
     host = ModelHost(engine, threading.Lock())
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))

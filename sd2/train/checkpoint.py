@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -75,6 +76,27 @@ def _swap_into_place(staging: Path, folder: Path) -> None:
         folder.rename(retired)
     staging.rename(folder)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+def sweep_interrupted_saves(parent: str | Path, min_age_s: float = 900) -> list[Path]:
+    """Clean up after saves a dead process left in `parent`: staging folders are removed, and a retired
+    copy is put back where the swap had already moved the old checkpoint away (else removed). Only
+    folders untouched for `min_age_s` are swept, so a save still under way elsewhere is left alone.
+    Returns the folders removed or restored."""
+    parent, swept = Path(parent), []
+    if not parent.is_dir():
+        return swept
+    cutoff = time.time() - min_age_s
+    for path in sorted(parent.glob(".*.staging-*")) + sorted(parent.glob(".*.retired")):
+        if not path.is_dir() or path.stat().st_mtime > cutoff:
+            continue
+        target = parent / path.name[1:].removesuffix(".retired")
+        if path.name.endswith(".retired") and not target.exists():
+            path.rename(target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        swept.append(path)
+    return swept
 
 
 def verify_checkpoint(folder: str | Path) -> dict:

@@ -192,3 +192,25 @@ def _wait_job(client, job_id: int, timeout: float = 30) -> dict:
         assert time.time() < deadline, job
         time.sleep(0.05)
     return job
+
+
+def test_start_up_sweeps_what_a_dead_checkpoint_save_left(settings):
+    """D12: a process killed during a job's final save leaves hidden folders; the next start cleans them
+    (only ones untouched for 15 minutes: another replica's save under way is left alone)."""
+    import os
+
+    folder = settings.drafters_dir
+    made = {}
+    for name in (".a.staging-x1", ".b.staging-y2", ".c.retired", ".d.retired", "d"):
+        made[name] = folder / name
+        made[name].mkdir(parents=True)
+        (made[name] / "config.json").write_text(name)
+    old = time.time() - 3600
+    for name in (".a.staging-x1", ".c.retired", ".d.retired"):
+        os.utime(made[name], (old, old))
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/ready").status_code == 200
+    assert not made[".a.staging-x1"].exists()  # an abandoned staging folder
+    assert made[".b.staging-y2"].exists()  # a fresh one: maybe a save still running elsewhere
+    assert (folder / "c" / "config.json").read_text() == ".c.retired"  # the swap died half-way: put back
+    assert not made[".d.retired"].exists() and (folder / "d" / "config.json").read_text() == "d"
