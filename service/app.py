@@ -16,6 +16,7 @@ import sd2
 from sd2.engine import Engine
 from sd2.train.checkpoint import sweep_interrupted_saves
 from service import queries, repository
+from service.admission import Admission
 from service.db import Database
 from service.deps import Services
 from service.errors import install_handlers
@@ -27,7 +28,7 @@ from service.settings import Settings
 from service.training import RecipeTrainer
 
 log = logging.getLogger(__name__)
-WORKER_THREADS = 32  # requests waiting for the model lock park here, not on the event loop
+WORKER_THREADS = 32  # DB reads and writes and health checks (generations have their own pool)
 
 DESCRIPTION = """REST API of the sd2 lab: lossless (steered) speculative decoding with a per-token trace.
 
@@ -48,6 +49,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
             yield
         finally:
             services.jobs.stop()
+            services.decode_pool.shutdown(wait=True, cancel_futures=True)
             services.executor.shutdown(wait=True, cancel_futures=True)
             services.db.dispose()
 
@@ -89,8 +91,18 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     jobs = JobRunner(db, host, fn, settings.drafters_dir)
     jobs.start()
     methods = tuple(getattr(fn, "methods", ("pretrain", "distill", "sd2")))
-    executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="sd2-worker")
-    return Services(settings, db, host, jobs, methods, executor)
+    executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="sd2-io")
+    decode_pool = ThreadPoolExecutor(settings.generation_queue, thread_name_prefix="sd2-decode")
+    return Services(
+        settings=settings,
+        db=db,
+        host=host,
+        jobs=jobs,
+        train_methods=methods,
+        executor=executor,
+        decode_pool=decode_pool,
+        admission=Admission(settings.generation_queue),
+    )
 
 
 def _reload_trained(db: Database, host: ModelHost, settings: Settings) -> None:

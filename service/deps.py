@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from service.admission import Admission
 from service.db import Database
 from service.generation import ModelHost
 from service.jobs import JobRunner
@@ -28,10 +29,17 @@ class Services:
     host: ModelHost
     jobs: JobRunner
     train_methods: tuple[str, ...]  # recipes the injected train_fn implements
-    executor: ThreadPoolExecutor  # decoding and DB work run here, off the event loop
+    executor: ThreadPoolExecutor  # DB work and health checks run here, off the event loop
+    decode_pool: ThreadPoolExecutor  # admitted generations, one thread each (settings.generation_queue)
+    admission: Admission  # how many generations are admitted; the next one past the limit gets 429
 
     async def in_thread(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def in_decode_pool(self, fn: Callable[..., T], *args) -> T:
+        """Run model work (a generation, a prompt's checks) on the generation pool, never on the threads
+        that serve reads and health."""
+        return await asyncio.get_running_loop().run_in_executor(self.decode_pool, fn, *args)
 
     async def query(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """`fn(session, *args, **kwargs)` in one read session, in a worker thread (service.queries)."""

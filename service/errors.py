@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from sd2.errors import InvalidValue
+from service.admission import Busy
 
 
 class FieldError(Exception):
@@ -30,6 +31,12 @@ def from_invalid(err: InvalidValue) -> FieldError:
 
 
 def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Busy)
+    async def _busy(_request: Request, err: Busy) -> JSONResponse:
+        return JSONResponse(
+            {"detail": err.detail()}, status_code=429, headers={"Retry-After": str(err.retry_after_s)}
+        )
+
     @app.exception_handler(FieldError)
     async def _field_error(_request: Request, err: FieldError) -> JSONResponse:
         return JSONResponse({"detail": err.detail()}, status_code=err.status_code)

@@ -49,6 +49,9 @@ class Settings:
     max_body_bytes: int = 1_000_000  # a prompt plus chat history, never a data dump
     max_train_steps: int = 10_000
     max_train_chars: int = 500_000  # inline training text; real corpora come with `sd2 train` (issue 3)
+    # Generations admitted at once (decoding or waiting for the one model lock); more get 429 at once
+    # rather than an unbounded queue. 16 short runs on the embedded pair clear in a few seconds.
+    generation_queue: int = 16
 
     @property
     def db_url(self) -> str:
@@ -75,6 +78,7 @@ class Settings:
             max_prompt_chars=int(env.get("SD2_MAX_PROMPT_CHARS", cls.max_prompt_chars)),
             max_new_tokens=int(env.get("SD2_MAX_NEW_TOKENS", cls.max_new_tokens)),
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
+            generation_queue=int(env.get("SD2_GENERATION_QUEUE", cls.generation_queue)),
         )
 
 

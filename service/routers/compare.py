@@ -28,8 +28,9 @@ router = APIRouter(tags=["generate"])
 )
 async def compare(body: CompareIn, services: ServicesDep):
     requests = [prepare(body, method, services.settings) for method in body.methods]
-    prepared = [await services.in_thread(admit, services.host, r) for r in requests]  # all before any run
-    records = [await services.in_thread(decode, services.host, p, body.prompt_set) for p in prepared]
+    with services.admission.slot():  # one slot for the whole comparison; Busy: 429, nothing stored
+        prepared = [await services.in_decode_pool(admit, services.host, r) for r in requests]  # all first
+        records = [await services.in_decode_pool(decode, services.host, p, body.prompt_set) for p in prepared]
     comparison_id, run_ids = await services.in_thread(
         repository.record_comparison, services.db, body.methods, records
     )

@@ -43,10 +43,17 @@ STREAM_DOC = (
 )
 async def generate(body: GenerateIn, services: ServicesDep):
     request = prepare(body, body.method, services.settings)
-    prepared = await services.in_thread(admit, services.host, request)  # a refusal: 4xx, nothing stored
-    if body.stream:
-        return await _streamed(services, prepared, body.prompt_set)
-    record = await services.in_thread(decode, services.host, prepared, body.prompt_set)
+    services.admission.acquire()  # Busy: 429 with Retry-After, nothing stored
+    handed_over = False
+    try:
+        prepared = await services.in_decode_pool(admit, services.host, request)  # a refusal: 4xx
+        if body.stream:
+            handed_over = True  # the streaming worker releases the slot when the run ends
+            return await _streamed(services, prepared, body.prompt_set)
+        record = await services.in_decode_pool(decode, services.host, prepared, body.prompt_set)
+    finally:
+        if not handed_over:
+            services.admission.release()
     run_id = await services.in_thread(repository.record_run, services.db, record)
     return outcome_response(run_id, record)
 
@@ -79,11 +86,21 @@ async def _streamed(
             record = decode(
                 services.host, prepared, prompt_set, lambda b: put(("block", b.to_dict())), client_gone.is_set
             )
+        except BaseException as err:
+            put(("error", err))
+            return
+        finally:
+            services.admission.release()  # the slot admitted in `generate`; storing needs no model
+        try:
             put(("done", (repository.record_run(services.db, record), record)))
         except BaseException as err:
             put(("error", err))
 
-    services.executor.submit(work)
+    try:
+        services.decode_pool.submit(work)
+    except BaseException:
+        services.admission.release()
+        raise
     first = await lines.get()
     if first[0] == "error":
         raise first[1]  # the run could not even be recorded (e.g. the database failed)
