@@ -24,7 +24,11 @@ router = APIRouter(tags=["generate"])
         "differ token by token because drafters consume randomness differently. All runs and the comparison "
         "are stored in one transaction."
     ),
-    responses={422: {"description": "a field is invalid"}, 500: {"description": "a method's run failed"}},
+    responses={
+        422: {"description": "a field is invalid"},
+        429: {"description": "every generation slot is taken; retry after `Retry-After` seconds"},
+        500: {"description": "a method's run failed"},
+    },
 )
 async def compare(body: CompareIn, services: ServicesDep):
     requests = [prepare(body, method, services.settings) for method in body.methods]

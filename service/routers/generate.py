@@ -38,6 +38,7 @@ STREAM_DOC = (
         200: {"content": {"application/x-ndjson": {}}},
         413: {"description": "request body too large"},
         422: {"description": "a field is invalid (its name is in `detail[].loc`)"},
+        429: {"description": "every generation slot is taken; retry after `Retry-After` seconds"},
         500: {"description": "the run failed; it is stored with status failed (`run_id`)"},
     },
 )
