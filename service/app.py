@@ -68,7 +68,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
 
 def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) -> Services:
     """Open and migrate the store, load the models, re-register trained drafters, start the job worker."""
-    db = Database(settings.db_url)
+    db = Database(settings.db_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     db.migrate()
     if engine is None:
         engine = Engine.load(

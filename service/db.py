@@ -72,14 +72,16 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
 class Database:
     """One SQLAlchemy engine with a read-session and a write-session factory."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS):
+        """`busy_timeout_ms`: how long a SQLite writer waits for the write lock before failing."""
         parsed = make_url(url)
+        self.busy_timeout_ms = busy_timeout_ms
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite and parsed.database not in (None, "", ":memory:"):
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.engine: Engine = create_engine(url)
         if self.is_sqlite:
-            _install_sqlite_hooks(self.engine)
+            _install_sqlite_hooks(self.engine, busy_timeout_ms)
         self._reads = sessionmaker(self.engine, expire_on_commit=False)
         self._writes = sessionmaker(self.engine.execution_options(**{_WRITE: True}), expire_on_commit=False)
 
@@ -132,7 +134,7 @@ class Database:
                         transaction.rollback()
                 finally:
                     if self.is_sqlite:
-                        raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                        raw.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             return True
         except Exception:  # readiness reports the failure instead of raising it
             return False
@@ -148,7 +150,7 @@ def _current_version(conn: Connection) -> int:
     return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
 
 
-def _install_sqlite_hooks(engine: Engine) -> None:
+def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     """WAL, foreign keys, a busy timeout, and our own BEGIN (the pysqlite recipe in SQLAlchemy's docs)."""
 
     @event.listens_for(engine, "connect")
@@ -157,7 +159,7 @@ def _install_sqlite_hooks(engine: Engine) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")  # off by default in SQLite; cascades need it
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable on app crash, fast commits
         cursor.close()
 

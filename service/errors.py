@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from sd2.errors import InvalidValue
 from service.admission import Busy
@@ -30,7 +31,27 @@ def from_invalid(err: InvalidValue) -> FieldError:
     return FieldError(err.field, str(err))
 
 
+def store_failure(err: SQLAlchemyError) -> str:
+    """What a client may read of a database failure: the driver's own first line ("database is locked",
+    "database or disk is full"), never the SQL statement, its parameters or a library URL."""
+    cause = getattr(err, "orig", None) or err
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return f"the database is unavailable: {first}"
+
+
+def public_error(err: BaseException) -> str:
+    """An exception as an error line for clients (a streamed run's last line, a failed run's error)."""
+    if isinstance(err, SQLAlchemyError):
+        return store_failure(err)
+    return f"{type(err).__name__}: {err}"
+
+
 def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SQLAlchemyError)
+    async def _store_failed(_request: Request, err: SQLAlchemyError) -> JSONResponse:
+        detail = [{"loc": ["server", "database"], "msg": store_failure(err), "type": "store_unavailable"}]
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
+
     @app.exception_handler(Busy)
     async def _busy(_request: Request, err: Busy) -> JSONResponse:
         return JSONResponse(

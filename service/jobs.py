@@ -21,6 +21,7 @@ from pathlib import Path
 from sd2.train.fine_tune import FineTune
 from service import repository
 from service.db import Database
+from service.errors import public_error
 from service.generation import ModelHost
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class JobRunner:
             self._register(spec, Path(checkpoint))
         except Exception as err:  # the job fails with its error; the worker keeps serving
             log.exception("training job %d failed", spec.job_id)
-            repository.finish_job(self.db, spec.job_id, "failed", error=f"{type(err).__name__}: {err}")
+            repository.finish_job(self.db, spec.job_id, "failed", error=public_error(err))
             return
         repository.finish_job(self.db, spec.job_id, "succeeded", checkpoint=str(checkpoint))
 

@@ -52,6 +52,7 @@ class Settings:
     # Generations admitted at once (decoding or waiting for the one model lock); more get 429 at once
     # rather than an unbounded queue. 16 short runs on the embedded pair clear in a few seconds.
     generation_queue: int = 16
+    db_busy_timeout_ms: int = 30_000  # SQLite: how long a write waits for the lock before it fails (503)
 
     @property
     def db_url(self) -> str:
@@ -79,6 +80,7 @@ class Settings:
             max_new_tokens=int(env.get("SD2_MAX_NEW_TOKENS", cls.max_new_tokens)),
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
             generation_queue=int(env.get("SD2_GENERATION_QUEUE", cls.generation_queue)),
+            db_busy_timeout_ms=int(env.get("SD2_DB_BUSY_TIMEOUT_MS", cls.db_busy_timeout_ms)),
         )
 
 

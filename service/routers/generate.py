@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sd2.engine import PreparedRequest
 from service import repository
 from service.deps import Services, ServicesDep
+from service.errors import public_error
 from service.generation import admit, decode, prepare
 from service.repository import RunRecord
 from service.schemas import GenerateIn, GenerationOut
@@ -119,9 +120,7 @@ async def _ndjson(first, lines: asyncio.Queue, client_gone: threading.Event) -> 
                 yield _line(_summary(*payload))
                 return
             else:
-                yield _line(
-                    {"event": "error", "status": "failed", "error": f"{type(payload).__name__}: {payload}"}
-                )
+                yield _line({"event": "error", "status": "failed", "error": public_error(payload)})
                 return
             item = await lines.get()
     finally:

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -214,3 +215,31 @@ def test_start_up_sweeps_what_a_dead_checkpoint_save_left(settings):
     assert made[".b.staging-y2"].exists()  # a fresh one: maybe a save still running elsewhere
     assert (folder / "c" / "config.json").read_text() == ".c.retired"  # the swap died half-way: put back
     assert not made[".d.retired"].exists() and (folder / "d" / "config.json").read_text() == "d"
+
+
+def test_a_store_that_cannot_be_written_gives_json_503_without_sql(settings):
+    """D8: another writer holds the lock past the busy timeout. /generate answers a JSON 503 naming the
+    database (no SQL text, no library URL), a stream ends with the same short error line, /ready says
+    not ready, and nothing is half-written."""
+    quick = replace(settings, db_busy_timeout_ms=200)
+    body = {"prompt": PROMPT, "method": "tiny", "max_new_tokens": 4}
+    with live_server(create_app(quick)) as url:
+        before = count(settings, "runs")
+        with sqlite3.connect(db_path(settings), timeout=1) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            plain = httpx.post(f"{url}/generate", json=body, timeout=60)
+            streamed = httpx.post(f"{url}/generate", json={**body, "stream": True}, timeout=60)
+            ready = httpx.get(f"{url}/ready", timeout=10)
+            holder.rollback()
+        after = httpx.post(f"{url}/generate", json=body, timeout=60)
+    assert plain.status_code == 503 and plain.headers["content-type"] == "application/json"
+    (detail,) = plain.json()["detail"]
+    assert detail["loc"] == ["server", "database"]
+    assert detail["msg"] == "the database is unavailable: database is locked"
+    last = json.loads(streamed.text.splitlines()[-1])
+    assert last == {"event": "error", "status": "failed", "error": detail["msg"]}
+    for text in (plain.text, streamed.text):
+        assert "INSERT" not in text and "sqlalche.me" not in text
+    assert ready.status_code == 503 and ready.json()["database_writable"] is False
+    assert after.status_code == 200
+    assert count(settings, "runs") == before + 1  # only the run after the lock: nothing half-written
