@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from sd2.engine import PreparedRequest
@@ -43,7 +43,7 @@ STREAM_DOC = (
         500: {"description": "the run failed; it is stored with status failed (`run_id`)"},
     },
 )
-async def generate(body: GenerateIn, services: ServicesDep):
+async def generate(body: GenerateIn, services: ServicesDep, http: Request):
     request = prepare(body, body.method, services.settings)
     services.admission.acquire()  # Busy: 429 with Retry-After, nothing stored
     handed_over = False
@@ -52,12 +52,26 @@ async def generate(body: GenerateIn, services: ServicesDep):
         if body.stream:
             handed_over = True  # the streaming worker releases the slot when the run ends
             return await _streamed(services, prepared, body.prompt_set)
-        record = await services.in_decode_pool(decode, services.host, prepared, body.prompt_set)
+        gone = threading.Event()  # a client that hangs up cancels its run at the next block (D13)
+        watcher = asyncio.create_task(_watch_disconnect(http, gone))
+        try:
+            record = await services.in_decode_pool(
+                decode, services.host, prepared, body.prompt_set, None, gone.is_set
+            )
+        finally:
+            watcher.cancel()
     finally:
         if not handed_over:
             services.admission.release()
     run_id = await services.in_thread(repository.record_run, services.db, record)
     return outcome_response(run_id, record)
+
+
+async def _watch_disconnect(http: Request, gone: threading.Event, interval_s: float = 0.2) -> None:
+    """Set `gone` once the client of a plain (non-streamed) request has disconnected."""
+    while not await http.is_disconnected():
+        await asyncio.sleep(interval_s)
+    gone.set()
 
 
 def outcome_response(run_id: int, record: RunRecord) -> JSONResponse:

@@ -243,3 +243,25 @@ def test_a_store_that_cannot_be_written_gives_json_503_without_sql(settings):
     assert ready.status_code == 503 and ready.json()["database_writable"] is False
     assert after.status_code == 200
     assert count(settings, "runs") == before + 1  # only the run after the lock: nothing half-written
+
+
+def test_a_plain_request_whose_client_hangs_up_cancels_its_run(settings, tiny_pair_dir):
+    """D13: a non-streaming client gives up while its run waits for the model; the run stops at its first
+    block and is stored as cancelled, instead of decoding to the end for nobody."""
+    verifier_dir, drafter_dir = tiny_pair_dir
+    engine = Engine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu")
+    app = create_app(settings, engine=engine)
+    body = {"prompt": PROMPT, "method": "tiny", "max_new_tokens": 200}
+    with live_server(app) as url:
+        lock = app.state.services.host.lock
+        with lock:  # the model is busy: the request waits, then its client times out and leaves
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{url}/generate", json=body, timeout=1.0)
+            time.sleep(0.6)  # the server notices the hang-up while the run still waits
+        deadline = time.time() + 30
+        while count(settings, "runs") == 0:
+            assert time.time() < deadline, "the abandoned run was never stored"
+            time.sleep(0.05)
+        run = httpx.get(f"{url}/runs", timeout=10).json()["items"][0]
+    assert run["status"] == "cancelled"
+    assert count(settings, "token_events") == 0  # cancelled before anything was kept
