@@ -21,6 +21,7 @@ from service.db import Database
 from service.deps import Services
 from service.errors import install_handlers
 from service.generation import ModelHost
+from service.hosts import HostCheck, allowed_hosts
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit
 from service.routers import benchmarks, compare, drafters, generate, health, runs, train
@@ -60,6 +61,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))
     install_handlers(app)
     for module in (generate, compare, runs, benchmarks, drafters, train, health):
         app.include_router(module.router)

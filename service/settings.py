@@ -52,6 +52,9 @@ class Settings:
     # Generations admitted at once (decoding or waiting for the one model lock); more get 429 at once
     # rather than an unbounded queue. 16 short runs on the embedded pair clear in a few seconds.
     generation_queue: int = 16
+    # Host headers served (DNS-rebinding guard, service/hosts.py); empty: loopback names when bound to
+    # loopback, any otherwise.
+    allowed_hosts: tuple[str, ...] = ()
     db_busy_timeout_ms: int = 30_000  # SQLite: how long a write waits for the lock before it fails (503)
 
     @property
@@ -81,6 +84,7 @@ class Settings:
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
             generation_queue=int(env.get("SD2_GENERATION_QUEUE", cls.generation_queue)),
             db_busy_timeout_ms=int(env.get("SD2_DB_BUSY_TIMEOUT_MS", cls.db_busy_timeout_ms)),
+            allowed_hosts=tuple(h.strip() for h in env.get("SD2_ALLOWED_HOSTS", "").split(",") if h.strip()),
         )
 
 

@@ -15,6 +15,7 @@ from service.settings import Settings
 from service.threaded import serve_in_thread
 
 PROMPT = "Tell me a short story about a cat."
+LOOPBACK = "http://127.0.0.1"  # TestClient's base URL: the service serves loopback Host names only
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -46,13 +47,13 @@ def settings(tmp_path: Path, tiny_pair_dir) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as c:
         yield c
 
 
 @pytest.fixture
 def keyed_client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(replace(settings, api_key="s3cret"))) as c:
+    with TestClient(create_app(replace(settings, api_key="s3cret")), base_url=LOOPBACK) as c:
         yield c
 
 

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sd2.engine import Engine
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import PROMPT, count, db_path, live_server
+from tests.service.conftest import LOOPBACK, PROMPT, count, db_path, live_server
 
 
 def _raise_after(n_calls: int):
@@ -42,7 +42,7 @@ def faulty_engine(tiny_pair_dir) -> Engine:
 
 
 def test_a_run_that_raises_mid_decoding_is_stored_as_failed_without_events(settings, faulty_engine):
-    with TestClient(create_app(settings, engine=faulty_engine)) as client:
+    with TestClient(create_app(settings, engine=faulty_engine), base_url=LOOPBACK) as client:
         response = client.post(
             "/generate", json={"prompt": PROMPT, "method": "broken", "k": 2, "max_new_tokens": 30}
         )
@@ -60,7 +60,7 @@ def test_a_run_that_raises_mid_decoding_is_stored_as_failed_without_events(setti
 
 
 def test_a_streamed_run_that_raises_ends_with_an_error_line_and_a_failed_row(settings, faulty_engine):
-    with TestClient(create_app(settings, engine=faulty_engine)) as client:
+    with TestClient(create_app(settings, engine=faulty_engine), base_url=LOOPBACK) as client:
         body = {"prompt": PROMPT, "method": "broken", "k": 2, "max_new_tokens": 30, "stream": True}
         with client.stream("POST", "/generate", json=body) as response:
             lines = [json.loads(line) for line in response.iter_lines() if line]
@@ -73,7 +73,7 @@ def test_a_streamed_run_that_raises_ends_with_an_error_line_and_a_failed_row(set
 
 def test_restart_with_an_existing_db_keeps_all_runs(settings):
     run_ids = []
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         for method in ("verifier", "tiny"):
             run_ids.append(
                 client.post(
@@ -81,7 +81,7 @@ def test_restart_with_an_existing_db_keeps_all_runs(settings):
                 ).json()
             )
         first = [client.get(f"/runs/{r['run_id']}").json() for r in run_ids]
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         assert client.get("/runs").json()["total"] == 2
         assert [client.get(f"/runs/{r['run_id']}").json() for r in run_ids] == first
         third = client.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 4}).json()
@@ -155,7 +155,7 @@ def test_a_store_failure_around_jobs_leaves_the_training_worker_alive(settings, 
         return None  # "stopped early": the runner records the job as cancelled
 
     body = {"base_drafter": "tiny", "steps": 2}
-    with TestClient(create_app(settings, train_fn=gated)) as client:
+    with TestClient(create_app(settings, train_fn=gated), base_url=LOOPBACK) as client:
         first = client.post("/train", json={**body, "name": "first"}).json()["id"]
         second = client.post("/train", json={**body, "name": "second"}).json()["id"]
         assert started.wait(30)
@@ -173,7 +173,7 @@ def test_a_store_failure_around_jobs_leaves_the_training_worker_alive(settings, 
 
 
 def test_ready_reports_an_unwritable_store_with_503(settings):
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         ready = client.get("/ready")
         assert ready.status_code == 200 and ready.json() == {
             "status": "ready", "models_loaded": True, "database_writable": True, "training_worker": True,
@@ -209,7 +209,7 @@ def test_start_up_sweeps_what_a_dead_checkpoint_save_left(settings):
     old = time.time() - 3600
     for name in (".a.staging-x1", ".c.retired", ".d.retired"):
         os.utime(made[name], (old, old))
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         assert client.get("/ready").status_code == 200
     assert not made[".a.staging-x1"].exists()  # an abandoned staging folder
     assert made[".b.staging-y2"].exists()  # a fresh one: maybe a save still running elsewhere

@@ -74,3 +74,32 @@ def test_importing_sd2_loads_no_web_or_db_framework():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_loopback_server_refuses_other_host_headers(settings):
+    """D9 (DNS rebinding): a page on evil.example re-pointed at 127.0.0.1 sends `Host: evil.example`;
+    the loopback server refuses it in the API's JSON shape, over real HTTP, and serves loopback names."""
+    import httpx
+
+    from service.app import create_app
+    from tests.service.conftest import live_server
+
+    with live_server(create_app(settings)) as url:
+        port = url.rsplit(":", 1)[1]
+        evil = httpx.get(f"{url}/runs", headers={"Host": f"evil.example:{port}"})
+        assert evil.status_code == 400
+        assert evil.json()["detail"][0]["loc"] == ["header", "Host"]
+        assert "SD2_ALLOWED_HOSTS" in evil.json()["detail"][0]["msg"]
+        for name in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+            assert httpx.get(f"{url}/health", headers={"Host": name}).status_code == 200, name
+
+
+def test_allowed_hosts_follow_the_bind_address_unless_configured():
+    from service.hosts import allowed_hosts, host_name
+
+    assert allowed_hosts("127.0.0.1", ()) == {"127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts("0.0.0.0", ()) is None  # exposed on purpose (a container): any Host
+    assert allowed_hosts("0.0.0.0", ("backend", "lab.example:443")) == {"backend", "lab.example"}
+    assert [host_name(h) for h in ("[::1]:8000", "Localhost:80", "::1", "backend")] == [
+        "::1", "localhost", "::1", "backend",
+    ]  # fmt: skip

@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from service.app import create_app
-from tests.service.conftest import PROMPT, live_server
+from tests.service.conftest import LOOPBACK, PROMPT, live_server
 
 ADMIN_URL = os.environ.get("SD2_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not ADMIN_URL, reason="set SD2_TEST_POSTGRES_URL to test on PostgreSQL")
@@ -47,7 +47,7 @@ def pg_settings(settings, postgres_url):
 
 
 def test_every_resource_works_on_postgres_and_survives_a_restart(pg_settings):
-    with TestClient(create_app(pg_settings)) as client:
+    with TestClient(create_app(pg_settings), base_url=LOOPBACK) as client:
         health = client.get("/health").json()
         assert health["database"] is True
         run = client.post("/generate", json={"prompt": PROMPT, "method": "tiny", "max_new_tokens": 8}).json()
@@ -64,7 +64,7 @@ def test_every_resource_works_on_postgres_and_survives_a_restart(pg_settings):
         assert client.delete(f"/runs/{run['run_id']}").status_code == 204
         total = client.get("/runs").json()["total"]
         assert total == 3  # 1 streamed + 2 compared
-    with TestClient(create_app(pg_settings)) as client:  # restart on the same database
+    with TestClient(create_app(pg_settings), base_url=LOOPBACK) as client:  # restart on the same database
         assert client.get("/runs").json()["total"] == total
 
 

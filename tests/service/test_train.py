@@ -9,7 +9,7 @@ import time
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.service.conftest import PROMPT, count
+from tests.service.conftest import LOOPBACK, PROMPT, count
 
 TEXTS = ["The cat sat on the mat and looked at the sky.", "Speculative decoding drafts, then verifies."]
 
@@ -33,7 +33,7 @@ def test_a_job_trains_registers_its_drafter_and_survives_a_restart(settings):
         "batch_size": 2,
         "data": TEXTS,
     }
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         submitted = client.post("/train", json=body)
         assert submitted.status_code == 202 and submitted.json()["status"] in (
             "queued",
@@ -64,7 +64,7 @@ def test_a_job_trains_registers_its_drafter_and_survives_a_restart(settings):
         assert used.status_code == 200 and used.json()["method"] == "cat-drafter"
         again = client.post("/train", json=body)  # the name is taken now
         assert again.status_code == 409 and again.json()["detail"][0]["loc"] == ["body", "name"]
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         assert "cat-drafter" in {d["name"] for d in client.get("/drafters").json()}
         assert client.get(f"/train/{job_id}").json()["status"] == "succeeded"
 
@@ -80,7 +80,7 @@ def test_cancel_a_running_job_and_a_queued_one(settings):
         return None
 
     body = {"base_drafter": "tiny", "steps": 10}
-    with TestClient(create_app(settings, train_fn=slow_train)) as client:
+    with TestClient(create_app(settings, train_fn=slow_train), base_url=LOOPBACK) as client:
         running = client.post("/train", json={**body, "name": "first"}).json()["id"]
         queued = client.post("/train", json={**body, "name": "second"}).json()["id"]
         _wait(client, running, ("running",))
@@ -97,7 +97,7 @@ def test_cancel_a_running_job_and_a_queued_one(settings):
 
 
 def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(settings):
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         # The default trainer fails at run time: windows longer than the base drafter's 512 positions.
         job_id = client.post("/train", json={"name": "too-long", "base_drafter": "tiny", "steps": 2,
                                               "seq_len": 4096, "batch_size": 1}).json()["id"]  # fmt: skip
@@ -125,7 +125,7 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
 
 
 def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_drafters(settings):
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         settings_of = {"base_drafter": "tiny", "steps": 3, "seq_len": 32, "batch_size": 2}
         ids = [  # the sd2 job also runs its forwards under bf16 autocast
             client.post("/train", json={"name": f"job-{m}", "method": m, **settings_of, **extra}).json()["id"]
@@ -167,7 +167,7 @@ def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_a
 
     real = sd2.train.fine_tune.build_trainer
     monkeypatch.setattr(sd2.train.fine_tune, "build_trainer", spy)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         threads, rng = torch.get_num_threads(), torch.get_rng_state()
         body = {"name": "job-sd2", "method": "sd2", "base_drafter": "tiny", "steps": 2, "seq_len": 32}
         job = _wait(client, client.post("/train", json={**body, "batch_size": 2}).json()["id"])
