@@ -17,6 +17,7 @@ from sd2.engine import Engine
 from sd2.train.checkpoint import sweep_interrupted_saves
 from service import queries, repository
 from service.admission import Admission
+from service.api_docs import install_api_docs
 from service.db import Database
 from service.deps import Services
 from service.errors import install_handlers
@@ -59,7 +60,10 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
         version=sd2.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from packaged assets below, not a CDN (D11)
+        redoc_url=None,
     )
+    install_api_docs(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))
     install_handlers(app)

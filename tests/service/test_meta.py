@@ -103,3 +103,18 @@ def test_allowed_hosts_follow_the_bind_address_unless_configured():
     assert [host_name(h) for h in ("[::1]:8000", "Localhost:80", "::1", "backend")] == [
         "::1", "localhost", "::1", "backend",
     ]  # fmt: skip
+
+
+def test_the_api_docs_need_nothing_from_the_internet(client):
+    """D11: /docs and /redoc reference only assets this server serves (FastAPI's defaults use a CDN)."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = client.get(page)
+        assert html.status_code == 200 and "text/html" in html.headers["content-type"]
+        sources = re.findall(r'(?:src|href)="([^"]+)"', html.text)
+        assert sources and all(s.startswith("/") for s in sources), sources
+        for source in sources:
+            asset = client.get(source)
+            assert asset.status_code == 200 and len(asset.content) > 1000, source
+    assert "/openapi.json" in client.get("/docs").text
