@@ -20,12 +20,13 @@ from service.admission import Admission
 from service.api_docs import install_api_docs
 from service.db import Database
 from service.deps import Services
-from service.errors import install_handlers
+from service.errors import document_common_responses, install_handlers
 from service.generation import ModelHost
 from service.hosts import HostCheck, allowed_hosts
 from service.jobs import JobRunner, TrainFn, drafter_info
-from service.limits import BodyLimit
+from service.limits import BodyLimit, MethodCheck
 from service.routers import benchmarks, compare, drafters, generate, health, runs, train
+from service.schemas import ErrorOut
 from service.settings import Settings
 from service.training import RecipeTrainer
 
@@ -65,10 +66,14 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
     )
     install_api_docs(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))
     install_handlers(app)
-    for module in (generate, compare, runs, benchmarks, drafters, train, health):
+    modules = (generate, compare, runs, benchmarks, drafters, train, health)
+    for module in modules:
+        document_common_responses(module.router, ErrorOut)
         app.include_router(module.router)
+    api_routes = [(r.path_regex, frozenset(r.methods)) for m in modules for r in m.router.routes]
+    app.add_middleware(MethodCheck, routes=api_routes)
+    app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))  # outermost
     return app
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import SQLAlchemyError
 
 from sd2.errors import InvalidValue
@@ -82,6 +83,31 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, int | bool) or value is None:
         return value
     return json_safe(str(value))  # e.g. an exception object in ctx
+
+
+# Responses any operation may give, documented on each (service.app.document_common_responses).
+COMMON_RESPONSES = {
+    400: "the Host header is not served here (DNS-rebinding guard; SD2_ALLOWED_HOSTS)",
+    503: "the database cannot be read or written now; retry after `Retry-After` seconds",
+}
+BODY_RESPONSES = {413: "the request body is over SD2_MAX_BODY_BYTES"}
+PATH_RESPONSES = {404: "no such id (its parameter is in `detail[].loc`)"}
+
+
+def document_common_responses(router: APIRouter, model: type) -> None:
+    """Add the responses every operation can give to each one's OpenAPI entry (before the router is
+    included): 400 and 503 always, 413 where a body is read, 404 where the path names an id; `model`
+    is the error body's schema."""
+    for route in router.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        extra = dict(COMMON_RESPONSES)
+        if route.body_field is not None:
+            extra.update(BODY_RESPONSES)
+        if "{" in route.path:
+            extra.update(PATH_RESPONSES)
+        for status, description in extra.items():
+            route.responses.setdefault(status, {"model": model, "description": description})
 
 
 def not_found(parameter: str, message: str) -> HTTPException:

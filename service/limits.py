@@ -1,4 +1,5 @@
-"""A request-body size limit that answers 413 in the same JSON shape as every other 4xx.
+"""Request limits answered in the same JSON shape as every other 4xx: a body-size limit (413) and a
+method check (405) for the API's paths.
 
 A declared oversize Content-Length is refused before the body is read; a body without one (chunked)
 is counted as it arrives, and the read that crosses the limit raises an HTTPException, which FastAPI
@@ -8,6 +9,7 @@ passes on unchanged to its JSON exception handler. (FastAPI's own `max_body_size
 from __future__ import annotations
 
 import json
+import re
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,3 +50,31 @@ class BodyLimit:
             return message
 
         await self.app(scope, counting_receive, send)
+
+
+class MethodCheck:
+    """405 (with `Allow`) for a known API path asked with a method it does not take. Without it, once the
+    UI is mounted at `/`, `GET /generate` would fall through to the UI's 404."""
+
+    def __init__(self, app: ASGIApp, routes: list[tuple[re.Pattern, frozenset[str]]]):
+        self.app, self.routes = app, routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            allowed = {m for pattern, methods in self.routes if pattern.match(scope["path"]) for m in methods}
+            if "GET" in allowed:
+                allowed.add("HEAD")
+            if allowed and scope["method"] not in allowed:
+                allow = ", ".join(sorted(allowed))
+                message = f"{scope['method']} is not allowed on {scope['path']}; use {allow}"
+                detail = [{"loc": ["method"], "msg": message, "type": "method_not_allowed"}]
+                body = json.dumps({"detail": detail}).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"allow", allow.encode()),
+                ]
+                await send({"type": "http.response.start", "status": 405, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

@@ -328,6 +328,18 @@ class HealthOut(BaseModel):
     database: bool
 
 
+class ErrorItem(BaseModel):
+    loc: list[str | int] = Field(description='e.g. ["body", "k"], ["path", "run_id"], ["server", "database"]')
+    msg: str
+    type: str
+
+
+class ErrorOut(BaseModel):
+    """Every error response: FastAPI's validation shape, whatever the status."""
+
+    detail: list[ErrorItem]
+
+
 class ReadyOut(BaseModel):
     status: Literal["ready", "not_ready"]
     models_loaded: bool

@@ -114,3 +114,14 @@ def test_sd2_ui_command_is_wired():
     args = build_parser().parse_args(["ui", "--api", "http://127.0.0.1:8123", "--port", "7999"])
     assert (args.api, args.host, args.port) == ("http://127.0.0.1:8123", "127.0.0.1", 7999)
     assert callable(args.func)
+
+
+def test_a_wrong_method_on_an_api_path_is_405_not_the_uis_404(live_ui):
+    """D15: with the UI mounted at `/`, `GET /generate` used to fall through to the UI's 404."""
+    wrong = httpx.get(f"{live_ui}/generate")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json()["detail"][0]["loc"] == ["method"]
+    assert httpx.delete(f"{live_ui}/health").headers["allow"] == "GET, HEAD"
+    assert httpx.post(f"{live_ui}/runs/1").status_code == 405  # GET and DELETE only
+    assert httpx.get(f"{live_ui}/runs/999999").status_code == 404  # a right method still routes
+    assert httpx.get(f"{live_ui}/").status_code == 200  # the UI itself

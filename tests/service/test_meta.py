@@ -118,3 +118,17 @@ def test_the_api_docs_need_nothing_from_the_internet(client):
             asset = client.get(source)
             assert asset.status_code == 200 and len(asset.content) > 1000, source
     assert "/openapi.json" in client.get("/docs").text
+
+
+def test_openapi_documents_the_errors_every_operation_can_give(client):
+    """D15: 400 (Host) and 503 (store) on every operation, 413 where a body is read, 404 where the path
+    names an id, each with the error body's schema."""
+    spec = client.get("/openapi.json").json()
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            assert {"400", "503"} <= codes, (method, path)
+            assert ("413" in codes) == ("requestBody" in operation), (method, path)
+            assert ("404" in codes) == ("{" in path), (method, path)
+    not_found = spec["paths"]["/runs/{run_id}"]["get"]["responses"]["404"]
+    assert not_found["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorOut"}
