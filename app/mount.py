@@ -6,6 +6,8 @@ The API's routes are registered before the mount, and Starlette matches routes i
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI
 
 from app.cli import offline_env
@@ -20,8 +22,27 @@ def loopback_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+class NoUploads:
+    """Refuse Gradio's file-upload endpoint: the UI has no upload control, and Gradio would otherwise
+    let anyone write files into the temp folder without the API key, unbounded and never cleaned."""
+
+    def __init__(self, app, prefix: str):
+        self.app, self.paths = app, {f"{prefix}gradio_api/upload", f"{prefix}upload"}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") in self.paths:
+            detail = [{"loc": ["path"], "msg": "this server takes no file uploads", "type": "not_found"}]
+            body = json.dumps({"detail": detail}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 404, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
 def mount_ui(api: FastAPI, host: str, port: int, path: str = "/") -> FastAPI:
-    """Add the Gradio UI to `api` at `path`; its client calls the same server over HTTP."""
+    """Add the Gradio UI to `api` at `path`; its client calls the same server over HTTP. Gradio's
+    upload endpoint is refused (`NoUploads`)."""
     offline_env()
     import gradio as gr
 
@@ -30,4 +51,6 @@ def mount_ui(api: FastAPI, host: str, port: int, path: str = "/") -> FastAPI:
     from app.ui import build_ui
 
     blocks = build_ui(ApiClient(loopback_url(host, port)), docs_url="/docs").queue()
-    return gr.mount_gradio_app(api, blocks, path=path, **launch_kwargs())
+    mounted = gr.mount_gradio_app(api, blocks, path=path, **launch_kwargs())
+    mounted.add_middleware(NoUploads, prefix=path if path.endswith("/") else f"{path}/")
+    return mounted

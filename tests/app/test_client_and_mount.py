@@ -125,3 +125,16 @@ def test_a_wrong_method_on_an_api_path_is_405_not_the_uis_404(live_ui):
     assert httpx.post(f"{live_ui}/runs/1").status_code == 405  # GET and DELETE only
     assert httpx.get(f"{live_ui}/runs/999999").status_code == 404  # a right method still routes
     assert httpx.get(f"{live_ui}/").status_code == 200  # the UI itself
+
+
+def test_the_mounted_ui_takes_no_file_uploads(live_ui):
+    """D10: Gradio's upload endpoint wrote any client's files into the temp folder without the key."""
+    import tempfile
+    from pathlib import Path
+
+    before = set(Path(tempfile.gettempdir()).rglob("evil.txt"))
+    for path in ("/gradio_api/upload", "/gradio_api/upload/", "/upload"):
+        response = httpx.post(f"{live_ui}{path}", files={"files": ("evil.txt", b"x" * 1000)})
+        assert response.status_code == 404 and response.json()["detail"][0]["msg"].endswith("no file uploads")
+    assert set(Path(tempfile.gettempdir()).rglob("evil.txt")) == before
+    assert httpx.get(f"{live_ui}/").status_code == 200
