@@ -8,14 +8,13 @@ import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 
 import sd2
 from sd2.engine import Engine
 from sd2.train.checkpoint import sweep_interrupted_saves
-from service import queries, repository
+from service import repository
 from service.admission import Admission
 from service.api_docs import install_api_docs
 from service.db import Database
@@ -25,6 +24,7 @@ from service.generation import ModelHost
 from service.hosts import HostCheck, allowed_hosts
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit, MethodCheck
+from service.registry import load_trained_drafters
 from service.routers import benchmarks, compare, drafters, generate, health, runs, train
 from service.schemas import ErrorOut
 from service.settings import Settings
@@ -94,7 +94,7 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     host = ModelHost(engine, threading.Lock())
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
-    _reload_trained(db, host, settings)
+    load_trained_drafters(db, host, settings.drafters_dir)  # drafters of earlier jobs, after a restart
     interrupted = repository.fail_interrupted_jobs(db)
     if interrupted:
         log.warning("marked %d training job(s) interrupted by a restart as failed", interrupted)
@@ -114,19 +114,3 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
         decode_pool=decode_pool,
         admission=Admission(settings.generation_queue),
     )
-
-
-def _reload_trained(db: Database, host: ModelHost, settings: Settings) -> None:
-    """Drafters produced by earlier training jobs come back after a restart (if their folder survived)."""
-    with db.read() as session:
-        rows = [r for r in queries.drafter_rows(session).values() if r.source == "training"]
-    engine = host.engine
-    loaded = engine.drafter_names()
-    for row in rows:
-        folder = Path(row.path)
-        if row.name in loaded or folder.parent != settings.drafters_dir or not folder.is_dir():
-            continue
-        try:
-            engine.load_drafter(row.name, folder)
-        except Exception:  # one broken checkpoint must not keep the server down
-            log.exception("could not reload trained drafter %r from %s", row.name, folder)

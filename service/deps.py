@@ -15,6 +15,7 @@ from service.admission import Admission
 from service.db import Database
 from service.generation import ModelHost
 from service.jobs import JobRunner
+from service.registry import load_trained_drafters
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -40,6 +41,12 @@ class Services:
         """Run model work (a generation, a prompt's checks) on the generation pool, never on the threads
         that serve reads and health."""
         return await asyncio.get_running_loop().run_in_executor(self.decode_pool, fn, *args)
+
+    async def find_method(self, name: str) -> None:
+        """Make sure a method this replica has not loaded gets loaded if a training job (here or on
+        another replica sharing the store and SD2_HOME) registered it; unknown names stay unknown."""
+        if name not in self.host.engine.methods():
+            await self.in_thread(load_trained_drafters, self.db, self.host, self.settings.drafters_dir, name)
 
     async def query(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """`fn(session, *args, **kwargs)` in one read session, in a worker thread (service.queries)."""

@@ -32,6 +32,8 @@ router = APIRouter(tags=["generate"])
 )
 async def compare(body: CompareIn, services: ServicesDep):
     requests = [prepare(body, method, services.settings) for method in body.methods]
+    for method in body.methods:
+        await services.find_method(method)
     with services.admission.slot():  # one slot for the whole comparison; Busy: 429, nothing stored
         prepared = [await services.in_decode_pool(admit, services.host, r) for r in requests]  # all first
         records = [await services.in_decode_pool(decode, services.host, p, body.prompt_set) for p in prepared]

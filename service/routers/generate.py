@@ -45,6 +45,7 @@ STREAM_DOC = (
 )
 async def generate(body: GenerateIn, services: ServicesDep, http: Request):
     request = prepare(body, body.method, services.settings)
+    await services.find_method(body.method)
     services.admission.acquire()  # Busy: 429 with Retry-After, nothing stored
     handed_over = False
     try:

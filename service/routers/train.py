@@ -31,6 +31,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
     responses={409: {"description": "the drafter name is taken"}, 422: {"description": "a field is invalid"}},
 )
 async def submit(body: TrainIn, services: ServicesDep):
+    await services.find_method(body.base_drafter)
     await services.in_thread(_check, body, services)
     spec = body.model_dump(exclude={"name", "method", "base_drafter"})
     job_id = await services.in_thread(services.jobs.submit, body.name, body.method, body.base_drafter, spec)

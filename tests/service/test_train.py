@@ -174,3 +174,21 @@ def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_a
         assert job["status"] == "succeeded", job
         assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), rng)
     assert built == ["sd2"]
+
+
+def test_a_drafter_trained_on_one_replica_serves_on_another(settings):
+    """D14: two replicas share the database and SD2_HOME; a drafter replica A trains is unknown to B's
+    Engine until a request names it, then B loads it from the shared folder and decodes with it."""
+    body = {"name": "shared", "base_drafter": "tiny", "steps": 2, "seq_len": 16, "batch_size": 2}
+    with (
+        TestClient(create_app(settings), base_url=LOOPBACK) as a,
+        TestClient(create_app(settings), base_url=LOOPBACK) as b,
+    ):
+        assert _wait(a, a.post("/train", json=body).json()["id"])["status"] == "succeeded"
+        assert "shared" not in b.get("/health").json()["methods"]  # B started before it existed
+        run = b.post("/generate", json={"prompt": "Hi", "method": "shared", "max_new_tokens": 6})
+        assert run.status_code == 200 and run.json()["method"] == "shared"
+        assert "shared" in b.get("/health").json()["methods"]
+        assert b.post("/generate", json={"prompt": "Hi", "method": "nope"}).status_code == 422
+        follow_up = {**body, "name": "shared-2", "base_drafter": "shared"}  # B can fine-tune it too
+        assert b.post("/train", json=follow_up).status_code == 202
