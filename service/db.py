@@ -20,6 +20,7 @@ from service.orm import Base, BenchmarkRow
 
 SCHEMA_VERSION = 4
 _WRITE = "sd2_write"  # execution option that marks a write session's connection
+MIGRATION_LOCK_KEY = 0x5D2_5D2  # PostgreSQL advisory lock held while one replica migrates
 BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
 
 
@@ -97,8 +98,12 @@ class Database:
             yield session
 
     def migrate(self) -> int:
-        """Bring the schema to SCHEMA_VERSION; refuse a database written by a newer sd2."""
+        """Bring the schema to SCHEMA_VERSION; refuse a database written by a newer sd2. One replica at a
+        time: SQLite's BEGIN IMMEDIATE takes the write lock, PostgreSQL an advisory transaction lock, so
+        replicas starting together on a fresh database migrate it once, the others waiting."""
         with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             version = _current_version(conn)
             if version > SCHEMA_VERSION:
                 raise RuntimeError(f"DB schema version {version} is newer than this sd2's ({SCHEMA_VERSION})")

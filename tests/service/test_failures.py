@@ -265,3 +265,30 @@ def test_a_plain_request_whose_client_hangs_up_cancels_its_run(settings, tiny_pa
         run = httpx.get(f"{url}/runs", timeout=10).json()["items"][0]
     assert run["status"] == "cancelled"
     assert count(settings, "token_events") == 0  # cancelled before anything was kept
+
+
+def test_replicas_started_together_on_a_fresh_sqlite_file_all_come_up(tmp_path):
+    """D6 on SQLite (PostgreSQL: tests/service/test_postgres.py): four migrations race on a new file."""
+    from service.db import SCHEMA_VERSION, Database
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    barrier, results = threading.Barrier(4), []
+
+    def start() -> None:
+        db = Database(url)
+        barrier.wait()
+        try:
+            results.append(db.migrate())
+        except Exception as err:
+            results.append(repr(err))
+        finally:
+            db.dispose()
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [SCHEMA_VERSION] * 4
+    with sqlite3.connect(tmp_path / "fresh.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1

@@ -83,3 +83,62 @@ def test_concurrent_generates_on_postgres_store_complete_traces(pg_settings):
             stored = httpx.get(f"{url}/runs/{result['run_id']}", timeout=30).json()
             assert stored["blocks"] == result["blocks"] and stored["token_ids"] == result["token_ids"]
         assert httpx.get(f"{url}/runs", timeout=30).json()["total"] == 10
+
+
+def test_replicas_started_together_on_a_fresh_database_all_come_up(postgres_url):
+    """D6: four processes' worth of migrations race on an empty PostgreSQL; all finish, once each."""
+    import threading
+
+    from service.db import SCHEMA_VERSION, Database
+
+    for attempt in range(4):
+        url = postgres_url if attempt == 0 else _fresh_database(postgres_url, attempt)
+        barrier, errors, versions = threading.Barrier(4), [], []
+
+        def start(url=url, barrier=barrier, errors=errors, versions=versions):
+            db = Database(url)
+            barrier.wait()
+            try:
+                versions.append(db.migrate())
+            except Exception as err:  # what a replica's failed start-up would be
+                errors.append(repr(err))
+            finally:
+                db.dispose()
+
+        threads = [threading.Thread(target=start) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == [] and versions == [SCHEMA_VERSION] * 4, (attempt, errors)
+        check = create_engine(url)
+        with check.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM schema_version")).scalar() == 1
+        check.dispose()
+
+
+def _fresh_database(url: str, attempt: int) -> str:
+    """Another empty database beside `url`'s (dropped with the admin connection's cleanup below)."""
+    name = f"{make_url(url).database}_{attempt}"
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    _CREATED.append(name)
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+_CREATED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _drop_extra_databases():
+    yield
+    if not _CREATED:
+        return
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        for name in _CREATED:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+    _CREATED.clear()
