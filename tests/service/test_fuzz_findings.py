@@ -71,6 +71,35 @@ def test_a_lone_surrogate_is_a_4xx_naming_the_field(client, settings, path, body
 
 
 @pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/generate", '{"prompt": "a\\u0000b", "method": "tiny"}', "prompt"),
+        ("/generate", '{"messages": [{"role": "user", "content": "\\u0000"}], "method": "tiny"}', "content"),
+        ("/train", '{"name": "x", "base_drafter": "tiny", "data": ["a\\u0000b"]}', "data"),
+    ],
+)
+def test_a_nul_character_is_a_4xx_naming_the_field(client, settings, path, body, field):
+    # Found running the suite on PostgreSQL, whose text columns cannot hold NUL: it became a 503 there.
+    before = table_counts(settings)
+    response = _raw_post(client, path, body)
+    assert response.status_code == 422, response.text
+    assert any(field in str(part) for d in response.json()["detail"] for part in d["loc"]), response.text
+    assert "NUL" in response.text
+    assert table_counts(settings) == before
+
+
+def test_a_token_that_decodes_to_nul_is_shown_as_the_replacement_character(tiny_pair_dir):
+    """The tiny tokenizer's byte token 191 decodes to "\x00"; results and stores show U+FFFD instead
+    (PostgreSQL text cannot hold NUL), while token ids stay exact."""
+    from sd2.engine import Engine
+
+    verifier_dir, _ = tiny_pair_dir
+    engine = Engine.load(str(verifier_dir))
+    assert "\x00" in engine.tokenizer.decode([191])  # the raw decode, for the record
+    assert engine._token_text(191) == engine.tokenizer.decode([191]).replace("\x00", "\ufffd")
+
+
+@pytest.mark.parametrize(
     ("params", "total"),
     [
         ({"since": "9999-12-31T23:59:59-14:00"}, 0),  # after every representable moment

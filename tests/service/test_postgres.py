@@ -85,6 +85,35 @@ def test_concurrent_generates_on_postgres_store_complete_traces(pg_settings):
         assert httpx.get(f"{url}/runs", timeout=30).json()["total"] == 10
 
 
+def test_two_replicas_started_together_serve_twenty_clients_with_nothing_lost(pg_settings):
+    """Two servers start at the same moment on one fresh PostgreSQL; 20 clients split between them get
+    20 distinct stored runs, each readable from either replica."""
+    import contextlib
+
+    from sd2.engine import Engine
+
+    # The models load one after the other (transformers' loading sets process-wide defaults, which two
+    # replicas in one process would race on); the servers then start, and migrate, at the same moment.
+    engines = [Engine.load(pg_settings.verifier, dict(pg_settings.drafters), device="cpu") for _ in range(2)]
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(2) as starter:
+        serve = lambda e: stack.enter_context(live_server(create_app(pg_settings, engine=e)))  # noqa: E731
+        urls = list(starter.map(serve, engines))
+
+        def one(i: int) -> tuple[int, dict]:
+            body = {"prompt": f"{PROMPT} ({i})", "method": "tiny", "max_new_tokens": 6, "seed": i}
+            response = httpx.post(f"{urls[i % 2]}/generate", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            return i, response.json()
+
+        with ThreadPoolExecutor(20) as pool:
+            results = list(pool.map(one, range(20)))
+        assert len({r["run_id"] for _, r in results}) == 20
+        for i, result in results:
+            stored = httpx.get(f"{urls[(i + 1) % 2]}/runs/{result['run_id']}", timeout=30).json()  # the other
+            assert stored["prompt"] == f"{PROMPT} ({i})" and stored["token_ids"] == result["token_ids"]
+        assert [httpx.get(f"{u}/runs", timeout=30).json()["total"] for u in urls] == [20, 20]
+
+
 def test_replicas_started_together_on_a_fresh_database_all_come_up(postgres_url):
     """D6: four processes' worth of migrations race on an empty PostgreSQL; all finish, once each."""
     import threading
