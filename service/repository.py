@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from sd2.engine import GenerationResult
@@ -133,6 +134,15 @@ def _insert_blocks(session: Session, run_id: int, blocks: Sequence[Block]) -> No
 
 
 def upsert_drafter(db: Database, info: DrafterInfo) -> None:
+    """Insert or update the registry row. Replicas starting together register the same drafters at
+    once: the one whose insert loses the race updates the row the other one inserted."""
+    try:
+        _upsert_drafter_once(db, info)
+    except IntegrityError:
+        _upsert_drafter_once(db, info)  # the row exists now: this time it is an update
+
+
+def _upsert_drafter_once(db: Database, info: DrafterInfo) -> None:
     with db.write() as session:
         row = session.get(DrafterRow, info.name) or DrafterRow(name=info.name)
         row.source, row.path, row.architecture = info.source, info.path, info.architecture

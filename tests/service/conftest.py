@@ -73,3 +73,38 @@ def table_counts(settings: Settings) -> dict[str, int]:
 
 
 live_server = serve_in_thread  # uvicorn on a free loopback port in a thread (real sockets, real disconnects)
+
+
+def race_migrations(url: str, replicas: int = 4) -> list:
+    """What `replicas` servers starting at the same moment do first: migrate the store at `url`, each
+    with its own Database, released together by a barrier. Returns each one's result (the schema
+    version, or the repr of its error), and checks the version table holds one row."""
+    import threading
+
+    from sqlalchemy import create_engine, text
+
+    from service.db import Database
+
+    barrier, results = threading.Barrier(replicas), []
+
+    def start() -> None:
+        db = Database(url)
+        barrier.wait()
+        try:
+            results.append(db.migrate())
+        except Exception as err:  # what a replica's failed start-up would be
+            results.append(repr(err))
+        finally:
+            db.dispose()
+
+    threads = [threading.Thread(target=start) for _ in range(replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    check = create_engine(url)
+    with check.connect() as conn:
+        rows = conn.execute(text("SELECT COUNT(*) FROM schema_version")).scalar()
+    check.dispose()
+    assert rows == 1, f"{rows} rows in schema_version"
+    return results

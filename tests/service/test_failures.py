@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sd2.engine import Engine
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import LOOPBACK, PROMPT, count, db_path, live_server
+from tests.service.conftest import LOOPBACK, PROMPT, count, db_path, live_server, race_migrations
 
 
 def _raise_after(n_calls: int):
@@ -269,26 +269,6 @@ def test_a_plain_request_whose_client_hangs_up_cancels_its_run(settings, tiny_pa
 
 def test_replicas_started_together_on_a_fresh_sqlite_file_all_come_up(tmp_path):
     """D6 on SQLite (PostgreSQL: tests/service/test_postgres.py): four migrations race on a new file."""
-    from service.db import SCHEMA_VERSION, Database
+    from service.db import SCHEMA_VERSION
 
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    barrier, results = threading.Barrier(4), []
-
-    def start() -> None:
-        db = Database(url)
-        barrier.wait()
-        try:
-            results.append(db.migrate())
-        except Exception as err:
-            results.append(repr(err))
-        finally:
-            db.dispose()
-
-    threads = [threading.Thread(target=start) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert results == [SCHEMA_VERSION] * 4
-    with sqlite3.connect(tmp_path / "fresh.db") as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+    assert race_migrations(f"sqlite:///{tmp_path / 'fresh.db'}") == [SCHEMA_VERSION] * 4
