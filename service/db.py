@@ -8,6 +8,8 @@ write lock up front, so writers queue on the busy timeout instead of failing.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,6 +157,21 @@ def _current_version(conn: Connection) -> int:
     return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
 
 
+def _retry_while_locked(statement: Callable[[], object], timeout_ms: int) -> None:
+    """Run a statement SQLite may refuse with "database is locked" without consulting its busy
+    handler: switching a new file to WAL while other connections open it at the same moment (replicas
+    starting together) does. Retried for up to `timeout_ms`."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            statement()
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     """WAL, foreign keys, a busy timeout, and our own BEGIN (the pysqlite recipe in SQLAlchemy's docs)."""
 
@@ -162,9 +179,9 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     def _on_connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # stop pysqlite from issuing its own (deferred) BEGIN
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")  # off by default in SQLite; cascades need it
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        _retry_while_locked(lambda: cursor.execute("PRAGMA journal_mode=WAL"), busy_timeout_ms)
+        cursor.execute("PRAGMA foreign_keys=ON")  # off by default in SQLite; cascades need it
         cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable on app crash, fast commits
         cursor.close()
 
