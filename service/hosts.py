@@ -8,9 +8,9 @@ unless SD2_ALLOWED_HOSTS names them.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.limits import send_json_error
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -47,7 +47,4 @@ class HostCheck:
             await send({"type": "websocket.close", "code": 1008})
             return
         message = f"host {header!r} is not served here; set SD2_ALLOWED_HOSTS to allow it"
-        body = json.dumps({"detail": [{"loc": ["header", "Host"], "msg": message, "type": "host"}]}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 400, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_json_error(send, 400, [{"loc": ["header", "Host"], "msg": message, "type": "host"}])

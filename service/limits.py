@@ -15,6 +15,14 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+async def send_json_error(send: Send, status: int, detail: list[dict], headers: tuple = ()) -> None:
+    """Answer from ASGI middleware, before routing: `{"detail": [...]}` with `status` (+ `headers`)."""
+    body = json.dumps({"detail": detail}).encode()
+    reply = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": reply})
+    await send({"type": "http.response.body", "body": body})
+
+
 class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -34,10 +42,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and not (declared.isdigit() and int(declared) <= self.max_bytes):
-            body = json.dumps({"detail": self._detail(declared.decode(errors="replace"))}).encode()
-            reply = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": 413, "headers": reply})
-            await send({"type": "http.response.body", "body": body})
+            await send_json_error(send, 413, self._detail(declared.decode(errors="replace")))
             return
         received = 0
 
@@ -60,21 +65,16 @@ class MethodCheck:
         self.app, self.routes = app, routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            allowed = {m for pattern, methods in self.routes if pattern.match(scope["path"]) for m in methods}
-            if "GET" in allowed:
-                allowed.add("HEAD")
-            if allowed and scope["method"] not in allowed:
-                allow = ", ".join(sorted(allowed))
-                message = f"{scope['method']} is not allowed on {scope['path']}; use {allow}"
-                detail = [{"loc": ["method"], "msg": message, "type": "method_not_allowed"}]
-                body = json.dumps({"detail": detail}).encode()
-                headers = [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"allow", allow.encode()),
-                ]
-                await send({"type": "http.response.start", "status": 405, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        allowed = {m for pattern, methods in self.routes if pattern.match(scope["path"]) for m in methods}
+        if "GET" in allowed:
+            allowed.add("HEAD")
+        if not allowed or scope["method"] in allowed:
+            await self.app(scope, receive, send)
+            return
+        allow = ", ".join(sorted(allowed))
+        message = f"{scope['method']} is not allowed on {scope['path']}; use {allow}"
+        detail = [{"loc": ["method"], "msg": message, "type": "method_not_allowed"}]
+        await send_json_error(send, 405, detail, ((b"allow", allow.encode()),))
