@@ -95,7 +95,7 @@ class GenerationResult:
     method: str
     steering: bool
     prompt_tokens: int
-    finish_reason: str  # "stop" (a stop token was emitted) or "length"
+    finish_reason: str  # "stop" (a stop token was emitted), "length" (max_new_tokens) or "time" (budget)
     config: DecodeConfig
     metrics: GenerationMetrics
     blocks: list[Block]
@@ -242,21 +242,37 @@ class Engine:
         """The request's prompt ids (`prepare`'s checks included)."""
         return list(self.prepare(request).prompt_ids)
 
-    def stream(self, request: GenerateRequest | PreparedRequest) -> Iterator[Block | GenerationResult]:
-        """Yield each trace Block as it is decoded (token texts filled in), then the GenerationResult."""
+    def stream(
+        self, request: GenerateRequest | PreparedRequest, time_budget_s: float | None = None
+    ) -> Iterator[Block | GenerationResult]:
+        """Yield each trace Block as it is decoded (token texts filled in), then the GenerationResult.
+
+        `time_budget_s` bounds the run's wall time: once a block ends past it, decoding stops there and
+        the result has `finish_reason` "time" (what was emitted is kept; a block is never cut, so a
+        run takes at most the budget plus one block — the prefill being the first).
+        """
         prepared = request if isinstance(request, PreparedRequest) else self.prepare(request)
         decoder = self._decoder(prepared)
-        start, blocks = time.perf_counter(), []
-        for block in decoder.run(prepared.prompt_ids):
-            self._fill_text(block)
-            blocks.append(block)
-            yield block
+        start, blocks, out_of_time = time.perf_counter(), [], False
+        run = decoder.run(prepared.prompt_ids)
+        try:
+            for block in run:
+                self._fill_text(block)
+                blocks.append(block)
+                yield block
+                if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+                    out_of_time = True
+                    break
+        finally:
+            run.close()
         wall_ms = (time.perf_counter() - start) * 1e3
-        yield self._result(prepared, blocks, wall_ms)
+        yield self._result(prepared, blocks, wall_ms, out_of_time)
 
-    def generate(self, request: GenerateRequest | PreparedRequest) -> GenerationResult:
-        """Run one generation to the end."""
-        *_, result = self.stream(request)
+    def generate(
+        self, request: GenerateRequest | PreparedRequest, time_budget_s: float | None = None
+    ) -> GenerationResult:
+        """Run one generation to the end (or to its time budget, as in `stream`)."""
+        *_, result = self.stream(request, time_budget_s)
         return result
 
     def cost_profile(self, method: str) -> CostProfile:
@@ -302,17 +318,21 @@ class Engine:
     def _decode_one(self, token_id: int) -> str:
         return display_text(self.tokenizer.decode([token_id]))
 
-    def _result(self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float) -> GenerationResult:
+    def _result(
+        self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float, out_of_time: bool = False
+    ) -> GenerationResult:
         request = prepared.request
         token_ids = [t.token_id for b in blocks for t in b.emitted]
         stopped = bool(token_ids) and token_ids[-1] in self.stop_ids
+        complete = stopped or len(token_ids) >= request.decode.max_new_tokens
+        finish_reason = "stop" if stopped else "time" if out_of_time and not complete else "length"
         return GenerationResult(
             text=display_text(self.tokenizer.decode(token_ids, skip_special_tokens=True)),
             token_ids=token_ids,
             method=request.method,
             steering=prepared.steered,
             prompt_tokens=len(prepared.prompt_ids),
-            finish_reason="stop" if stopped else "length",
+            finish_reason=finish_reason,
             config=request.decode,
             metrics=summarize(blocks, request.decode.max_k, wall_ms=wall_ms),
             blocks=blocks,

@@ -91,7 +91,7 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
         )
     for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
         log.warning("swept %s, left by a checkpoint save that did not finish", path)
-    host = ModelHost(engine, threading.Lock())
+    host = ModelHost(engine, threading.Lock(), settings.time_budget_s)
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
     load_trained_drafters(db, host, settings.drafters_dir)  # drafters of earlier jobs, after a restart

@@ -30,10 +30,12 @@ class RunCancelled(Exception):
 
 @dataclass
 class ModelHost:
-    """The loaded Engine and the lock that serialises every use of its models."""
+    """The loaded Engine, the lock that serialises every use of its models, and how long one
+    generation may hold them (`time_budget_s`, None: unbounded; Settings.generation_time_budget_s)."""
 
     engine: Engine
     lock: threading.Lock
+    time_budget_s: float | None = None
 
 
 def prepare(body: DecodeSettings, method: str, settings: Settings) -> GenerateRequest:
@@ -89,6 +91,7 @@ def decode(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunRecord:
     """Run one generation under the model lock and describe its outcome (nothing is written here).
+    The host's time budget counts from when the lock is taken (a run past it ends with "time").
 
     Any exception becomes a record with status failed (or cancelled when `should_stop` said so).
     """
@@ -96,7 +99,7 @@ def decode(
     record = _record(prepared, engine.precision, prompt_set)
     with host.lock:
         try:
-            record.result = _run(engine, prepared, on_block, should_stop)
+            record.result = _run(engine, prepared, host.time_budget_s, on_block, should_stop)
         except RunCancelled:
             record.status, record.error = "cancelled", "the client disconnected before the run finished"
         except Exception as err:  # recorded as a failed run; the server keeps serving
@@ -119,8 +122,8 @@ def _record(prepared: PreparedRequest, precision: str, prompt_set: str | None) -
     )
 
 
-def _run(engine: Engine, prepared: PreparedRequest, on_block, should_stop):
-    stream = engine.stream(prepared)
+def _run(engine: Engine, prepared: PreparedRequest, time_budget_s: float | None, on_block, should_stop):
+    stream = engine.stream(prepared, time_budget_s)
     try:
         for item in stream:
             if not isinstance(item, Block):

@@ -248,7 +248,10 @@ class GenerationOut(BaseModel):
     method: str
     steering: bool
     prompt_tokens: int
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "time"] = Field(
+        description='"stop": a stop token; "length": max_new_tokens or the context; "time": the server\'s '
+        "per-generation time budget (SD2_GENERATION_TIME_BUDGET_S) ran out, the output so far is kept"
+    )
     precision: str = Field(description='device and precision it ran in, e.g. "cpu/bf16"')
     config: ConfigOut
     metrics: MetricsOut

@@ -56,6 +56,15 @@ class Settings:
     # loopback, any otherwise.
     allowed_hosts: tuple[str, ...] = ()
     db_busy_timeout_ms: int = 30_000  # SQLite: how long a write waits for the lock before it fails (503)
+    # Wall time one generation may hold the model once it has the lock; past it the run ends at the next
+    # block with finish_reason "time" (0: no budget). A 1024-token verifier run on the embedded pair
+    # takes ≈ 50 s on 2 CPU cores; a minute keeps one request from holding the lab for longer.
+    generation_time_budget_s: float = 60.0
+
+    @property
+    def time_budget_s(self) -> float | None:
+        """The per-generation budget `Engine.stream` takes (None: unbounded)."""
+        return self.generation_time_budget_s if self.generation_time_budget_s > 0 else None
 
     @property
     def db_url(self) -> str:
@@ -84,6 +93,9 @@ class Settings:
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
             generation_queue=int(env.get("SD2_GENERATION_QUEUE", cls.generation_queue)),
             db_busy_timeout_ms=int(env.get("SD2_DB_BUSY_TIMEOUT_MS", cls.db_busy_timeout_ms)),
+            generation_time_budget_s=float(
+                env.get("SD2_GENERATION_TIME_BUDGET_S", cls.generation_time_budget_s)
+            ),
             allowed_hosts=tuple(h.strip() for h in env.get("SD2_ALLOWED_HOSTS", "").split(",") if h.strip()),
         )
 

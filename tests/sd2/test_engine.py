@@ -306,3 +306,26 @@ def test_load_drafter_registers_a_folder_under_its_name(tiny_pair_dir, steered_d
     assert engine.drafter("late") is loaded and engine.loaded_drafters() == [loaded]
     assert "late" in engine.methods() and loaded.head is not None
     assert engine.prepare(GenerateRequest(prompt="Hello!", method="late")).steered
+
+
+@pytest.mark.parametrize("method", ["verifier", "tiny"])
+def test_a_time_budget_ends_the_run_at_a_block_and_keeps_its_output(engine, method):
+    """Past its budget a run stops after the block in hand (here: the prefill's, budget 0), reports
+    finish_reason "time", and what it emitted is the start of the unbounded run's output."""
+    request = GenerateRequest(
+        prompt="Tell me a story.", method=method, decode=DecodeConfig(max_new_tokens=24)
+    )
+    full = engine.generate(request)
+    cut = engine.generate(request, time_budget_s=0.0)
+    assert full.finish_reason == "length" and len(full.token_ids) == 24
+    assert cut.finish_reason == "time"
+    assert len(cut.blocks) == 1 and 1 <= len(cut.token_ids) < 24
+    assert cut.token_ids == full.token_ids[: len(cut.token_ids)]
+    assert cut.metrics.n_tokens == len(cut.token_ids)
+    roomy = engine.generate(request, time_budget_s=3600.0)
+    assert roomy.finish_reason == "length" and roomy.token_ids == full.token_ids
+
+
+def test_a_run_that_completes_as_its_budget_ends_is_not_reported_as_cut(engine):
+    one = GenerateRequest(prompt="Hi", decode=DecodeConfig(max_new_tokens=1))
+    assert engine.generate(one, time_budget_s=0.0).finish_reason == "length"
