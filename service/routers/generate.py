@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from sd2.engine import PreparedRequest
+from sd2.trace import Block
 from service import repository
 from service.deps import Services, ServicesDep
 from service.errors import public_error
 from service.generation import admit, decode, prepare
 from service.repository import RunRecord
 from service.schemas import GenerateIn, GenerationOut
+from service.streaming import Feed, stream_work
 
 router = APIRouter(tags=["generate"])
 
@@ -88,58 +88,35 @@ def outcome_response(run_id: int, record: RunRecord) -> JSONResponse:
 async def _streamed(
     services: Services, prepared: PreparedRequest, prompt_set: str | None
 ) -> StreamingResponse:
-    """Decode in a worker thread that feeds a queue; the response drains it. The worker never waits on
-    the client, and a client that leaves makes it stop at the next block and store a cancelled run."""
-    loop = asyncio.get_running_loop()
-    lines: asyncio.Queue = asyncio.Queue()
-    client_gone = threading.Event()
+    """Decode on the generation pool, streaming a line per block; a client that leaves makes the run
+    stop at the next block and store a cancelled run (service.streaming)."""
 
-    def put(item) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed (shutdown); the run is still recorded
-            loop.call_soon_threadsafe(lines.put_nowait, item)
+    def work(feed: Feed) -> None:
+        def on_block(block: Block) -> None:
+            feed.put("block", block.to_dict())
 
-    def work() -> None:
         try:
-            record = decode(
-                services.host, prepared, prompt_set, lambda b: put(("block", b.to_dict())), client_gone.is_set
-            )
+            record = decode(services.host, prepared, prompt_set, on_block, feed.client_gone.is_set)
         except BaseException as err:
-            put(("error", err))
+            feed.put("error", err)
             return
         finally:
             services.admission.release()  # the slot admitted in `generate`; storing needs no model
         try:
-            put(("done", (repository.record_run(services.db, record), record)))
+            feed.put("done", (repository.record_run(services.db, record), record))
         except BaseException as err:
-            put(("error", err))
+            feed.put("error", err)
 
-    try:
-        services.decode_pool.submit(work)
-    except BaseException:
-        services.admission.release()
-        raise
-    first = await lines.get()
-    if first[0] == "error":
-        raise first[1]  # the run could not even be recorded (e.g. the database failed)
-    return StreamingResponse(_ndjson(first, lines, client_gone), media_type="application/x-ndjson")
+    return await stream_work(services, work, _ndjson, "application/x-ndjson", services.admission.release)
 
 
-async def _ndjson(first, lines: asyncio.Queue, client_gone: threading.Event) -> AsyncIterator[str]:
-    item = first
-    try:
-        while True:
-            kind, payload = item
-            if kind == "block":
-                yield _line({"event": "block", "block": payload})
-            elif kind == "done":
-                yield _line(_summary(*payload))
-                return
-            else:
-                yield _line({"event": "error", "status": "failed", "error": public_error(payload)})
-                return
-            item = await lines.get()
-    finally:
-        client_gone.set()  # no-op after a finished run; otherwise the worker stops and records "cancelled"
+def _ndjson(item) -> tuple[str, bool]:
+    kind, payload = item
+    if kind == "block":
+        return _line({"event": "block", "block": payload}), False
+    if kind == "done":
+        return _line(_summary(*payload)), True
+    return _line({"event": "error", "status": "failed", "error": public_error(payload)}), True
 
 
 def _summary(run_id: int, record: RunRecord) -> dict:

@@ -91,8 +91,8 @@ def test_restart_with_an_existing_db_keeps_all_runs(settings):
 class _SlowEngine(Engine):
     """The real engine, paced at 50 ms per block so a client can leave mid-run."""
 
-    def stream(self, request):
-        for item in super().stream(request):
+    def stream(self, request, time_budget_s=None):
+        for item in super().stream(request, time_budget_s):
             time.sleep(0.05)
             yield item
 
