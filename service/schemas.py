@@ -164,6 +164,9 @@ class CompareIn(DecodeSettings):
     )
 
     methods: list[Name] = Field(min_length=1, max_length=8)
+    stream: bool = Field(
+        False, description="NDJSON: each method's blocks as decoded, a result line per method, then a summary"
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> CompareIn:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -71,3 +72,8 @@ async def _drain(first: Item, feed: Feed, render: Render) -> AsyncIterator[str]:
             item = await feed.get()
     finally:
         feed.client_gone.set()  # no-op after a finished run; otherwise the worker stops at its next block
+
+
+def ndjson_line(data: dict) -> str:
+    """One NDJSON line: the object's JSON (non-ASCII kept as is) and a newline."""
+    return json.dumps(data, ensure_ascii=False) + "\n"

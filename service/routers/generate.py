@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 
 from fastapi import APIRouter, Request
@@ -17,7 +16,7 @@ from service.errors import public_error
 from service.generation import admit, decode, prepare
 from service.repository import RunRecord
 from service.schemas import GenerateIn, GenerationOut
-from service.streaming import Feed, stream_work
+from service.streaming import Feed, ndjson_line, stream_work
 
 router = APIRouter(tags=["generate"])
 
@@ -113,10 +112,10 @@ async def _streamed(
 def _ndjson(item) -> tuple[str, bool]:
     kind, payload = item
     if kind == "block":
-        return _line({"event": "block", "block": payload}), False
+        return ndjson_line({"event": "block", "block": payload}), False
     if kind == "done":
-        return _line(_summary(*payload)), True
-    return _line({"event": "error", "status": "failed", "error": public_error(payload)}), True
+        return ndjson_line(_summary(*payload)), True
+    return ndjson_line({"event": "error", "status": "failed", "error": public_error(payload)}), True
 
 
 def _summary(run_id: int, record: RunRecord) -> dict:
@@ -125,7 +124,3 @@ def _summary(run_id: int, record: RunRecord) -> dict:
     summary = record.result.to_dict()
     del summary["blocks"]
     return {"event": "summary", "run_id": run_id, "status": record.status, **summary}
-
-
-def _line(data: dict) -> str:
-    return json.dumps(data, ensure_ascii=False) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from sd2.engine import Engine
 from service.app import create_app
 from service.settings import Settings
 from service.threaded import serve_in_thread
@@ -70,6 +72,15 @@ def count(settings: Settings, table: str, where: str = "1=1", params: tuple = ()
 def table_counts(settings: Settings) -> dict[str, int]:
     tables = ("runs", "blocks", "token_events", "comparisons", "training_jobs", "training_metric_points")
     return {t: count(settings, t) for t in tables}
+
+
+class SlowEngine(Engine):
+    """The real engine, paced at 50 ms per block so a client can leave mid-run."""
+
+    def stream(self, request, time_budget_s=None):
+        for item in super().stream(request, time_budget_s):
+            time.sleep(0.05)
+            yield item
 
 
 live_server = serve_in_thread  # uvicorn on a free loopback port in a thread (real sockets, real disconnects)

@@ -15,7 +15,15 @@ from fastapi.testclient import TestClient
 from sd2.engine import Engine
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import LOOPBACK, PROMPT, count, db_path, live_server, race_migrations
+from tests.service.conftest import (
+    LOOPBACK,
+    PROMPT,
+    SlowEngine,
+    count,
+    db_path,
+    live_server,
+    race_migrations,
+)
 
 
 def _raise_after(n_calls: int):
@@ -88,20 +96,11 @@ def test_restart_with_an_existing_db_keeps_all_runs(settings):
         assert third["run_id"] > max(r["run_id"] for r in run_ids)
 
 
-class _SlowEngine(Engine):
-    """The real engine, paced at 50 ms per block so a client can leave mid-run."""
-
-    def stream(self, request, time_budget_s=None):
-        for item in super().stream(request, time_budget_s):
-            time.sleep(0.05)
-            yield item
-
-
 def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_run_and_a_healthy_server(
     settings, tiny_pair_dir
 ):
     verifier_dir, drafter_dir = tiny_pair_dir
-    engine = _SlowEngine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu")
+    engine = SlowEngine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu")
     body = {"prompt": PROMPT, "method": "verifier", "max_new_tokens": 200, "stream": True}
     with (
         live_server(create_app(settings, engine=engine)) as url,
