@@ -22,8 +22,8 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 def _paced(stream, delay_s: float):
     """Engine.stream that sleeps between blocks (the tiny pair decodes faster than a browser repaints)."""
 
-    def paced(request):
-        for item in stream(request):
+    def paced(request, time_budget_s=None):
+        for item in stream(request, time_budget_s):
             yield item
             time.sleep(delay_s)
 
