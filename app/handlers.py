@@ -46,7 +46,9 @@ class Handlers:
             values = views.decode_control_values(self.client.defaults())
         except ApiError:
             return tuple(SKIP() for _ in range(2 * len(views.DECODE_CONTROLS)))
-        return tuple(gr.update(**values[name]) for name in views.DECODE_CONTROLS) * 2
+        # One fresh update per control: Gradio consumes an update dict as it applies it, so the same
+        # object twice would leave Compare's controls at their minimum.
+        return tuple(gr.update(**values[name]) for _tab in range(2) for name in views.DECODE_CONTROLS)
 
     def choices(self) -> tuple[Any, Any, Any, Any]:
         """Updates for: Generate method, Compare methods, Train base drafter, History method filter."""
