@@ -102,7 +102,16 @@ class ApiClient:
             yield event
 
     def compare(self, body: dict) -> dict:
-        return self._request("POST", "/compare", json=body).json()
+        return self._request("POST", "/compare", json={**body, "stream": False}).json()
+
+    def compare_stream(self, body: dict) -> Iterator[dict]:
+        """POST /compare with stream=true: per method a `method` line, its `block` lines and its
+        `result`, then the `summary` (docs/interfaces.md). An `error` line raises ApiError; closing the
+        iterator early closes the connection, and the server stops the comparison."""
+        for event in self._stream_lines("POST", "/compare", json={**body, "stream": True}):
+            if event.get("event") == "error":
+                raise ApiError(f"the comparison {event.get('status', 'failed')}: {event.get('error')}")
+            yield event
 
     # --- stored runs ----------------------------------------------------------------------------
     def runs(self, **filters: Any) -> dict:

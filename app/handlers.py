@@ -114,17 +114,29 @@ class Handlers:
             return []
 
     # --- Compare ----------------------------------------------------------------------------------
-    def compare(self, prompt, methods, k, threshold, temperature, top_p, max_new, seed, steering) -> tuple:
+    def compare(self, prompt, methods, k, threshold, temperature, top_p, max_new, seed, steering) -> Iterator:
+        """Streams: the columns fill one method after another; the note and plots come at the end."""
         body = {
             **views.decode_body(prompt, k, threshold, temperature, top_p, max_new, seed, steering),
-            "methods": methods,
+            "methods": list(methods or []),
         }
+        yield status_html("Waiting for the model…", "info"), SKIP(), SKIP(), SKIP()
         try:
-            results = self.client.compare(body)["results"]
+            for columns, summary in views.stream_comparison(self.client, body, self.interval_s):
+                if summary is None:
+                    running = next((c["method"] for c in columns if c["state"] == "decoding"), None)
+                    live = status_html(f"decoding {running}…" if running else "decoding…", "info")
+                    yield live, columns_html(columns), SKIP(), SKIP()
+                    continue
+                done = [c for c in columns if c["state"] == "done"]
+                note = (
+                    compare_note(done, float(temperature))
+                    if len(done) == len(columns)
+                    else status_html(f"comparison #{summary['comparison_id']} {summary['status']}", "error")
+                )
+                yield note, columns_html(columns), plots.compare_bars(done), plots.position_curves(done)
         except ApiError as err:
-            return status_html(err.message, "error"), SKIP(), SKIP(), SKIP()
-        note = compare_note(results, float(temperature))
-        return note, columns_html(results), plots.compare_bars(results), plots.position_curves(results)
+            yield status_html(err.message, "error"), SKIP(), SKIP(), SKIP()
 
     # --- Train ------------------------------------------------------------------------------------
     def train(

@@ -115,8 +115,13 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
 
 
+# What a Compare column says while its comparison streams (a column without a state is a finished run).
+COLUMN_STATES = {"waiting": "waiting for its turn…", "decoding": "decoding…", "done": ""}
+
+
 def columns_html(results: Iterable[dict]) -> str:
-    """Compare view: one column per method, each with its headline numbers and its own trace."""
+    """Compare view: one column per method, each with its headline numbers and its own trace. A column
+    may carry `state` (waiting / decoding / done, or a run's failed / cancelled status with `error`)."""
     cols = []
     for result in results:
         m = result.get("metrics", {})
@@ -124,11 +129,15 @@ def columns_html(results: Iterable[dict]) -> str:
             f"τ {_fmt(m.get('tau'))} · accept {_fmt(_pct(m.get('acceptance_rate')), 0, '%')} · "
             f"α̂ {_fmt(m.get('alpha_hat'))} · {_fmt(m.get('tokens_per_s'), 1)} tok/s"
         )
+        state = str(result.get("state", "done"))
+        said = COLUMN_STATES.get(state, f"{state}: {result.get('error') or ''}")
+        note = f'<div class="sd2-col-state" style="color:#64748b;">{html.escape(said)}</div>' if said else ""
         body = "".join(block_html(b) for b in result.get("blocks", []))
         cols.append(
-            f'<div class="sd2-col" data-method="{html.escape(str(result.get("method", "")))}">'
+            f'<div class="sd2-col" data-method="{html.escape(str(result.get("method", "")))}" '
+            f'data-state="{html.escape(state)}">'
             f'<div class="sd2-col-head"><b>{html.escape(str(result.get("method", "?")))}</b>'
-            f'<div class="sd2-col-stats">{html.escape(stats)}</div></div>'
+            f'<div class="sd2-col-stats">{html.escape(stats)}</div>{note}</div>'
             f'<div class="sd2-trace" style="white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.9;'
             f'font-family:var(--font-mono,monospace);">{body}</div></div>'
         )

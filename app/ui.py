@@ -148,7 +148,10 @@ def _compare_tab(h: Handlers) -> tuple[gr.CheckboxGroup, list]:
                 elem_id="cmp-methods",
             )
             c = _decode_controls(with_method=False)
-            go = gr.Button("Compare", variant="primary", elem_id="cmp-run")
+            c["prompt"].elem_id, c["max_new"].elem_id = "cmp-prompt", "cmp-max-new"
+            with gr.Row():
+                go = gr.Button("Compare", variant="primary", elem_id="cmp-run")
+                stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
         with gr.Column(scale=3, min_width=420):
             note = gr.HTML(elem_id="cmp-note")
             bars = gr.Plot(plots.compare_bars([]), elem_id="cmp-bars", show_label=False)
@@ -165,7 +168,8 @@ def _compare_tab(h: Handlers) -> tuple[gr.CheckboxGroup, list]:
         c["seed"],
         c["steering"],
     ]
-    go.click(h.compare, inputs, [note, columns, bars, curves], concurrency_limit=2)
+    run = go.click(h.compare, inputs, [note, columns, bars, curves], concurrency_limit=2)
+    stop.click(None, None, None, cancels=[run])
     return methods, [c[name] for name in DECODE_CONTROLS]
 
 

@@ -255,6 +255,32 @@ def stream_blocks(
             return
 
 
+def stream_comparison(
+    client: ApiClient, body: dict, interval_s: float
+) -> Iterator[tuple[list[dict], dict | None]]:
+    """(columns so far, None) while the comparison streams — each method's column waiting, decoding
+    (its blocks so far) or done (its result and blocks) — at most every interval_s and whenever a
+    method starts or ends; then (the final columns, the summary with the comparison's run ids)."""
+    columns = [{"method": m, "state": "waiting", "blocks": []} for m in body["methods"]]
+    throttle = Throttle(interval_s)
+    for event in client.compare_stream(body):
+        kind = event.get("event")
+        if kind == "summary":
+            yield columns, event
+            return
+        column = columns[event["index"]]
+        if kind == "block":
+            column["blocks"].append(event["block"])
+            if not throttle.ready():
+                continue
+        elif kind == "method":
+            column["state"] = "decoding"
+        elif kind == "result":
+            state = "done" if event.get("status") == "succeeded" else event.get("status", "failed")
+            columns[event["index"]] = {**event, "blocks": column["blocks"], "state": state}
+        yield columns, None
+
+
 def job_points(job: dict, points: list[dict]) -> list[dict]:
     """Accumulate the new metric points of one /train stream line."""
     return [*points, *job.get("points", [])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlparse
 
 import pytest
@@ -73,16 +74,63 @@ def test_generate_streams_coloured_tokens_and_a_growing_plot(ui):
 
 
 def test_compare_shows_three_columns_and_says_text_is_identical_at_t0(ui):
+    from sd2.config import DecodeConfig
+
     ui.open()
     ui.tab("Compare")
+    # Compare's controls too start at the API's defaults (they once read their sliders' minimum: 1 token)
+    ui.page.wait_for_function(
+        "(n) => document.querySelector('#cmp-max-new input[type=number]')?.value === n",
+        arg=str(DecodeConfig().max_new_tokens),
+    )
+    # Record each column's state and token count every 30 ms in the page itself, so no repaint is missed.
+    ui.page.evaluate(
+        """() => {
+            window.sd2Columns = [];
+            setInterval(() => {
+                const cols = [...document.querySelectorAll('#cmp-columns .sd2-col')];
+                const tokens = c => c.querySelectorAll('.sd2-tok').length;
+                window.sd2Columns.push(cols.map(c => [c.dataset.state, tokens(c)]));
+            }, 30);
+        }"""
+    )
+    ui.page.fill("#cmp-prompt textarea", "Tell me a short story about a cat.")
     ui.page.click("#cmp-run")
-    ui.page.wait_for_selector("#cmp-columns .sd2-col", timeout=90_000)
+    ui.page.wait_for_selector("#cmp-note .sd2-info >> text=identical", timeout=90_000)
+    seen = ui.page.evaluate("window.sd2Columns")
+    # The columns fill live, one method after another: the first shows tokens while the last waits.
+    assert any(len(cols) == 3 and cols[0][1] > 0 and cols[-1] == ["waiting", 0] for cols in seen), (
+        f"no snapshot had the first column filled before the last method started: {seen[-5:]}"
+    )
+    assert any(len(cols) == 3 and cols[1][0] == "decoding" and cols[1][1] > 0 for cols in seen)
     methods = ui.page.eval_on_selector_all("#cmp-columns .sd2-col", "els => els.map(e => e.dataset.method)")
     assert methods == ["pretrained", "distilled", "sd2"]  # one per recipe, by default
     assert "identical" in ui.page.inner_text("#cmp-note")
     assert ui.page.locator("#cmp-columns .sd2-col").nth(2).locator(".sd2-tok").count() > 0
     assert _plot_points(ui.page, "cmp-bars") == 3
     ui.screenshot("compare")
+
+
+def test_stop_ends_a_comparison_mid_way_and_the_server_cancels_it(ui, live_ui):
+    import httpx
+
+    def cancelled() -> int:
+        return httpx.get(f"{live_ui}/runs", params={"status": "cancelled"}, timeout=10).json()["total"]
+
+    before = cancelled()
+    ui.open()
+    ui.tab("Compare")
+    ui.page.fill("#cmp-prompt textarea", "Tell me a short story about a cat.")
+    ui.page.locator("#cmp-max-new").get_by_role("spinbutton").fill("200")
+    ui.page.click("#cmp-run")
+    ui.page.wait_for_selector("#cmp-columns .sd2-col[data-state=decoding] .sd2-tok", timeout=60_000)
+    ui.page.click("#cmp-stop")
+    deadline = time.time() + 30
+    while cancelled() == before and time.time() < deadline:
+        time.sleep(0.1)
+    assert cancelled() == before + 1  # the method decoding when Stop was pressed; the rest never ran
+    states = ui.page.eval_on_selector_all("#cmp-columns .sd2-col", "els => els.map(e => e.dataset.state)")
+    assert states[-1] == "waiting"
 
 
 def test_training_job_runs_shows_its_curve_and_its_drafter_becomes_selectable(ui):

@@ -120,3 +120,18 @@ def test_columns_one_per_result_with_escaped_method_names():
     html = columns_html(results)
     assert html.count('class="sd2-col"') == 3 and 'data-columns="3"' in html
     assert "&lt;c&gt;" in html and "<c>" not in html
+
+
+def test_a_streaming_comparison_says_which_columns_wait_decode_or_failed():
+    columns = [
+        {"method": "a", "metrics": {"tau": 2.0}, "blocks": BLOCKS, "state": "done"},
+        {"method": "b", "blocks": BLOCKS[:1], "state": "decoding"},
+        {"method": "c", "blocks": [], "state": "waiting"},
+        {"method": "d", "blocks": [], "state": "failed", "error": "RuntimeError: <boom>"},
+    ]
+    html = columns_html(columns)
+    states = [part.split('"')[0] for part in html.split('data-state="')[1:]]
+    assert states == ["done", "decoding", "waiting", "failed"]
+    assert "decoding…" in html and "waiting for its turn…" in html
+    assert "failed: RuntimeError: &lt;boom&gt;" in html
+    assert columns_html([{"method": "x", "blocks": BLOCKS}]).count("sd2-col-state") == 0  # a stored run
