@@ -24,6 +24,7 @@ from service.generation import ModelHost
 from service.hosts import HostCheck, allowed_hosts
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit, MethodCheck
+from service.origins import install_cross_origin_policy
 from service.registry import load_trained_drafters
 from service.routers import benchmarks, compare, drafters, generate, health, runs, train
 from service.schemas import ErrorOut
@@ -73,6 +74,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
         app.include_router(module.router)
     api_routes = [(r.path_regex, frozenset(r.methods)) for m in modules for r in m.router.routes]
     app.add_middleware(MethodCheck, routes=api_routes)
+    install_cross_origin_policy(app, settings.cors_origins)  # also keeps a mounted UI's own policy off
     app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))  # outermost
     return app
 

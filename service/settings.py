@@ -55,6 +55,8 @@ class Settings:
     # Host headers served (DNS-rebinding guard, service/hosts.py); empty: loopback names when bound to
     # loopback, any otherwise.
     allowed_hosts: tuple[str, ...] = ()
+    # Web origins whose pages may call the server from a browser (service/origins.py); empty: none.
+    cors_origins: tuple[str, ...] = ()
     db_busy_timeout_ms: int = 30_000  # SQLite: how long a write waits for the lock before it fails (503)
     # Wall time one generation may hold the model once it has the lock; past it the run ends at the next
     # block with finish_reason "time" (0: no budget). A 1024-token verifier run on the embedded pair
@@ -96,8 +98,14 @@ class Settings:
             generation_time_budget_s=float(
                 env.get("SD2_GENERATION_TIME_BUDGET_S", cls.generation_time_budget_s)
             ),
-            allowed_hosts=tuple(h.strip() for h in env.get("SD2_ALLOWED_HOSTS", "").split(",") if h.strip()),
+            allowed_hosts=_names(env.get("SD2_ALLOWED_HOSTS", "")),
+            cors_origins=_names(env.get("SD2_CORS_ORIGINS", "")),
         )
+
+
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list → its non-empty entries, stripped."""
+    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def serve_settings(

@@ -138,3 +138,20 @@ def test_the_mounted_ui_takes_no_file_uploads(live_ui):
         assert response.status_code == 404 and response.json()["detail"][0]["msg"].endswith("no file uploads")
     assert set(Path(tempfile.gettempdir()).rglob("evil.txt")) == before
     assert httpx.get(f"{live_ui}/").status_code == 200
+
+
+OTHER_LOCAL_PAGE = "http://localhost:3000"  # another page on the same machine (a dev server, a local file)
+
+
+@pytest.mark.parametrize("path", ["/gradio_api/info", "/config", "/runs", "/health"])
+def test_another_local_page_cannot_read_the_ui_or_the_api(live_ui, path):
+    """D9: Gradio's own CORS policy let any localhost origin call the mounted UI's endpoints (which run
+    generations and read every stored prompt through the API) with credentials."""
+    response = httpx.get(f"{live_ui}{path}", headers={"Origin": OTHER_LOCAL_PAGE})
+    assert "access-control-allow-origin" not in response.headers
+    assert "access-control-allow-credentials" not in response.headers
+    preflight = httpx.options(
+        f"{live_ui}/gradio_api/queue/join",
+        headers={"Origin": OTHER_LOCAL_PAGE, "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in preflight.headers
