@@ -1,4 +1,6 @@
-"""GET /drafters: the drafters loaded in the Engine, with their registry facts."""
+"""GET /drafters: the drafters this server can decode with, with their registry facts. Drafters a
+training job registered on any replica sharing the store are loaded first, so every replica lists
+(and the UI offers) the same ones."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from fastapi import APIRouter
 from service import queries
 from service.deps import ServicesDep
 from service.jobs import drafter_info
+from service.registry import load_trained_drafters
 from service.schemas import DrafterOut
 
 router = APIRouter(tags=["drafters"])
@@ -15,6 +18,7 @@ router = APIRouter(tags=["drafters"])
 @router.get("/drafters", response_model=list[DrafterOut], summary="Loaded drafters (usable as `method`)")
 async def list_drafters(services: ServicesDep):
     def read():
+        load_trained_drafters(services.db, services.host, services.settings.drafters_dir)  # none new: a read
         with services.db.read() as session:
             rows = queries.drafter_rows(session)
         loaded = services.host.engine.loaded_drafters()

@@ -192,3 +192,19 @@ def test_a_drafter_trained_on_one_replica_serves_on_another(settings):
         assert b.post("/generate", json={"prompt": "Hi", "method": "nope"}).status_code == 422
         follow_up = {**body, "name": "shared-2", "base_drafter": "shared"}  # B can fine-tune it too
         assert b.post("/train", json=follow_up).status_code == 202
+
+
+def test_every_replica_lists_the_drafters_any_replica_trained(settings):
+    """GET /drafters (what the UI offers) on B lists a drafter A trained, and it decodes there."""
+    body = {"name": "trained-on-a", "base_drafter": "tiny", "steps": 2, "seq_len": 16, "batch_size": 2}
+    with (
+        TestClient(create_app(settings), base_url=LOOPBACK) as a,
+        TestClient(create_app(settings), base_url=LOOPBACK) as b,
+    ):
+        assert [d["name"] for d in b.get("/drafters").json()] == ["tiny"]
+        assert _wait(a, a.post("/train", json=body).json()["id"])["status"] == "succeeded"
+        listed = {d["name"]: d for d in b.get("/drafters").json()}
+        assert set(listed) == {"tiny", "trained-on-a"} and listed["trained-on-a"]["source"] == "training"
+        assert "trained-on-a" in b.get("/health").json()["methods"]
+        run = b.post("/generate", json={"prompt": "Hi", "method": "trained-on-a", "max_new_tokens": 4})
+        assert run.status_code == 200
