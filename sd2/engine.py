@@ -121,7 +121,7 @@ class Engine:
 
     Callers outside sd2 (the service, the UI) use the methods below and never the models themselves:
     `prepare` → `stream`/`generate`, `methods`, `drafter`/`drafter_names`/`loaded_drafters`,
-    `load_drafter`, `precision`/`device_label`.
+    `load_drafter`, `precision`/`device_label`, `text_of` (not thread-safe either: the tokenizer's).
     """
 
     def __init__(
@@ -275,6 +275,12 @@ class Engine:
         *_, result = self.stream(request, time_budget_s)
         return result
 
+    def text_of(self, token_ids: Sequence[int]) -> str:
+        """The text of emitted token ids as a result holds it (special tokens left out). A stream's text
+        so far is `text_of` its ids so far; a prefix of it may change as tokens arrive (a character split
+        over byte-level tokens shows as U+FFFD until its last byte comes)."""
+        return display_text(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
     def cost_profile(self, method: str) -> CostProfile:
         """The measured cost profile k = auto uses for a speculative method (sd2.draft_length), timed on
         first use — a few seconds on a CPU, once per engine for the verifier and once per drafter."""
@@ -327,7 +333,7 @@ class Engine:
         complete = stopped or len(token_ids) >= request.decode.max_new_tokens
         finish_reason = "stop" if stopped else "time" if out_of_time and not complete else "length"
         return GenerationResult(
-            text=display_text(self.tokenizer.decode(token_ids, skip_special_tokens=True)),
+            text=self.text_of(token_ids),
             token_ids=token_ids,
             method=request.method,
             steering=prepared.steered,

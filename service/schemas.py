@@ -82,8 +82,9 @@ class Message(BaseModel):
     content: PromptText
 
 
-class DecodeSettings(BaseModel):
-    """Decoding knobs shared by /generate and /compare (sd2.config.DecodeConfig)."""
+class DecodeKnobs(BaseModel):
+    """The decode settings every generation route takes under these names and defaults
+    (sd2.config.DecodeConfig): /generate and /compare, and the /v1 routes as extension fields."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -109,20 +110,10 @@ class DecodeSettings(BaseModel):
         DECODE_DEFAULTS.top_k, ge=0, description="0 = off; applied to verifier and drafter alike (lossless)"
     )
     top_p: float = Field(DECODE_DEFAULTS.top_p, gt=0, le=1, description="1 = off")
-    max_new_tokens: int = Field(
-        DECODE_DEFAULTS.max_new_tokens,
-        ge=1,
-        le=TOKENS_CAP,
-        description="capped by the server's SD2_MAX_NEW_TOKENS",
-    )
     seed: int | None = Field(
         DECODE_DEFAULTS.seed, ge=0, lt=2**63, description="seeds the run's one torch.Generator; null = fresh"
     )
     steering: bool = Field(True, description="use the drafter's SD² head when it has one")
-    chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
-    prompt: PromptText | None = Field(None, examples=["Why is the sky blue?"])
-    messages: list[Message] | None = Field(None, min_length=1, max_length=256)
-    prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
 
     @field_validator("k", mode="wrap")
     @classmethod
@@ -132,6 +123,23 @@ class DecodeSettings(BaseModel):
             return handler(value)
         except ValidationError:
             raise ValueError(f"must be {AUTO_K!r} or an integer in 1..{MAX_K}, got {value!r}") from None
+
+
+class DecodeSettings(DecodeKnobs):
+    """Decoding knobs shared by /generate and /compare (sd2.config.DecodeConfig)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    max_new_tokens: int = Field(
+        DECODE_DEFAULTS.max_new_tokens,
+        ge=1,
+        le=TOKENS_CAP,
+        description="capped by the server's SD2_MAX_NEW_TOKENS",
+    )
+    chat: bool = Field(True, description="format a plain prompt with the verifier's chat template")
+    prompt: PromptText | None = Field(None, examples=["Why is the sky blue?"])
+    messages: list[Message] | None = Field(None, min_length=1, max_length=256)
+    prompt_set: Name | None = Field(None, description="a label to aggregate runs by in /stats")
 
     @model_validator(mode="after")
     def _one_prompt(self) -> DecodeSettings:
