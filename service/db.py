@@ -4,6 +4,9 @@ Why WAL + BEGIN IMMEDIATE (docs/embedded.md#gotchas): with pysqlite's default tr
 writers lost updates, and a deferred `BEGIN` failed with "database is locked" when two readers tried
 to upgrade to writers at once. WAL lets readers run beside a writer; `BEGIN IMMEDIATE` takes the
 write lock up front, so writers queue on the busy timeout instead of failing.
+
+The schema comes from the Alembic revisions in `service/migrations`, which `Database.migrate()` runs
+at start-up under a lock (docs/trace.md#schema-migrations).
 """
 
 from __future__ import annotations
@@ -14,62 +17,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.orm import Base, BenchmarkRow
+from service import migrations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = int(migrations.head_revision())  # one source: the newest revision, "0004" → 4
 _WRITE = "sd2_write"  # execution option that marks a write session's connection
 MIGRATION_LOCK_KEY = 0x5D2_5D2  # PostgreSQL advisory lock held while one replica migrates
 BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for the lock; runs are written in milliseconds
-
-
-V1_TABLES = (
-    "comparisons",
-    "runs",
-    "blocks",
-    "token_events",
-    "drafters",
-    "training_jobs",
-    "training_metric_points",
-)
-
-
-def _create_v1(conn: Connection) -> None:
-    """Version 1: runs, blocks, token events, comparisons, training jobs, metric points, drafters."""
-    Base.metadata.create_all(conn, tables=[Base.metadata.tables[name] for name in V1_TABLES])
-
-
-def _add_benchmarks_v2(conn: Connection) -> None:
-    """Version 2: stored `sd2 bench` results (POST /benchmarks)."""
-    BenchmarkRow.__table__.create(conn)
-
-
-def _add_run_precision_v3(conn: Connection) -> None:
-    """Version 3: each run records the device and precision it ran in (e.g. "cpu/bf16").
-
-    A fresh database already has the column: version 1 is created from today's ORM tables.
-    """
-    if "precision" not in {column["name"] for column in inspect(conn).get_columns("runs")}:
-        conn.execute(text("ALTER TABLE runs ADD COLUMN precision VARCHAR(48)"))
-
-
-def _add_block_draft_stop_v4(conn: Connection) -> None:
-    """Version 4: each block records why its draft ended ("k", "confidence" or "length"; NULL before)."""
-    if "draft_stop" not in {column["name"] for column in inspect(conn).get_columns("blocks")}:
-        conn.execute(text("ALTER TABLE blocks ADD COLUMN draft_stop VARCHAR(16)"))
-
-
-# Ordered migrations: MIGRATIONS[i] brings a database from version i to i + 1. A later schema change
-# appends a function with explicit DDL here (never edits an earlier one) and bumps SCHEMA_VERSION.
-MIGRATIONS: list[Callable[[Connection], None]] = [
-    _create_v1,
-    _add_benchmarks_v2,
-    _add_run_precision_v3,
-    _add_block_draft_stop_v4,
-]
+VERSION_TABLE = "alembic_version"  # Alembic's: one row, the revision the database is at
+LEGACY_VERSION_TABLE = "schema_version"  # sd2's own before Alembic: one row, the version number 1..4
 
 
 class Database:
@@ -100,20 +62,24 @@ class Database:
             yield session
 
     def migrate(self) -> int:
-        """Bring the schema to SCHEMA_VERSION; refuse a database written by a newer sd2. One replica at a
-        time: SQLite's BEGIN IMMEDIATE takes the write lock, PostgreSQL an advisory transaction lock, so
-        replicas starting together on a fresh database migrate it once, the others waiting."""
+        """Bring the schema to SCHEMA_VERSION (Alembic `upgrade head`); refuse a database written by a
+        newer sd2. One replica at a time (`migration_transaction`), so replicas starting together on a
+        fresh database migrate it once, the others waiting; a second call changes nothing."""
+        with self.migration_transaction() as conn:
+            config = migrations.alembic_config(conn)
+            _adopt_legacy_version(conn, config)
+            _refuse_unknown_revision(conn)
+            command.upgrade(config, "head")
+        return SCHEMA_VERSION
+
+    @contextmanager
+    def migration_transaction(self) -> Iterator[Connection]:
+        """One write transaction holding the migration lock: SQLite's BEGIN IMMEDIATE takes the write
+        lock, PostgreSQL an advisory transaction lock. Committed when the block exits normally."""
         with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-            version = _current_version(conn)
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(f"DB schema version {version} is newer than this sd2's ({SCHEMA_VERSION})")
-            for step in MIGRATIONS[version:SCHEMA_VERSION]:
-                step(conn)
-            conn.execute(text("DELETE FROM schema_version"))
-            conn.execute(text("INSERT INTO schema_version (version) VALUES (:v)"), {"v": SCHEMA_VERSION})
-        return SCHEMA_VERSION
+            yield conn
 
     def ping(self) -> bool:
         try:
@@ -136,7 +102,7 @@ class Database:
                     try:
                         if conn.dialect.name == "postgresql":
                             conn.execute(text(f"SET LOCAL lock_timeout = {int(timeout_ms)}"))
-                        conn.execute(text("UPDATE schema_version SET version = version"))
+                        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = version_num"))
                     finally:
                         transaction.rollback()
                 finally:
@@ -150,11 +116,29 @@ class Database:
         self.engine.dispose()
 
 
-def _current_version(conn: Connection) -> int:
-    if not inspect(conn).has_table("schema_version"):
-        conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
-        return 0
-    return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
+def _adopt_legacy_version(conn: Connection, config: Config) -> None:
+    """A database from before Alembic keeps its version N in `schema_version`: stamp it at revision N
+    (the schema it has), so the upgrade runs only what came after, and drop the old table."""
+    if not inspect(conn).has_table(LEGACY_VERSION_TABLE):
+        return
+    version = int(conn.execute(text(f"SELECT MAX(version) FROM {LEGACY_VERSION_TABLE}")).scalar() or 0)
+    if version > 0:  # 0: the old code's first migration never committed, the database is empty
+        revision = f"{version:04d}"
+        if revision not in migrations.known_revisions():
+            raise RuntimeError(f"DB schema version {version} is newer than this sd2's ({SCHEMA_VERSION})")
+        if MigrationContext.configure(conn).get_current_revision() is None:
+            command.stamp(config, revision)
+    conn.execute(text(f"DROP TABLE {LEGACY_VERSION_TABLE}"))
+
+
+def _refuse_unknown_revision(conn: Connection) -> None:
+    """A revision this code has no script for was written by a newer sd2: upgrading it is impossible and
+    running on it would misread its tables."""
+    for revision in MigrationContext.configure(conn).get_current_heads():
+        if revision not in migrations.known_revisions():
+            raise RuntimeError(
+                f"DB schema revision {revision!r} is newer than this sd2's ({migrations.head_revision()!r})"
+            )
 
 
 def _retry_while_locked(statement: Callable[[], object], timeout_ms: int) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -115,7 +117,31 @@ def race_migrations(url: str, replicas: int = 4) -> list:
         t.join(60)
     check = create_engine(url)
     with check.connect() as conn:
-        rows = conn.execute(text("SELECT COUNT(*) FROM schema_version")).scalar()
+        rows = conn.execute(text("SELECT COUNT(*) FROM alembic_version")).scalar()
     check.dispose()
-    assert rows == 1, f"{rows} rows in schema_version"
+    assert rows == 1, f"{rows} rows in alembic_version"
     return results
+
+
+POSTGRES_ADMIN_URL = os.environ.get("SD2_TEST_POSTGRES_URL")  # tests/service/test_postgres.py says how
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database beside SD2_TEST_POSTGRES_URL's, dropped afterwards."""
+    if not POSTGRES_ADMIN_URL:
+        pytest.skip("set SD2_TEST_POSTGRES_URL to test on PostgreSQL")
+    pytest.importorskip("psycopg")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"sd2_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()

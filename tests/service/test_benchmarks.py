@@ -1,21 +1,19 @@
 """Stored bench results: `sd2 bench --store URL` over real HTTP into the SQLite file, read back by
-the endpoints the UI uses; bad results refused with nothing written; the v1 → v2 migration."""
+the endpoints the UI uses; bad results refused with nothing written. The v1 → v2 migration that made
+the benchmarks table: tests/service/test_migrations.py."""
 
 from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import text
 
 from sd2.bench.store import StoreError, store_result
 from sd2.cli import main
 from service.app import create_app
-from service.db import Database, _create_v1
-from tests.service.conftest import count, db_path, live_server
+from tests.service.conftest import count, live_server
 
 
 def _bench(tiny_pair_dir, out, *extra: str) -> int:
@@ -95,48 +93,3 @@ def test_store_errors_say_what_went_wrong(settings, bench_json):
         pytest.raises(StoreError, match=r"refused the result: HTTP 401 header\.X-API-Key"),
     ):
         store_result(bench_json, url, api_key="wrong")
-
-
-def test_a_version_1_database_migrates_and_keeps_its_runs(tmp_path):
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    old = Database(url)
-    with old.engine.begin() as conn:  # what sd2 with schema version 1 wrote
-        _create_v1(conn)
-        conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
-        conn.execute(text("INSERT INTO schema_version (version) VALUES (1)"))
-        conn.execute(
-            text(
-                "INSERT INTO runs (created_at, status, method, steering, config) "
-                "VALUES ('2026-01-01 00:00:00', 'succeeded', 'verifier', 0, '{}')"
-            )
-        )
-    old.dispose()
-    assert Database(url).migrate() == 4
-    with sqlite3.connect(tmp_path / "old.db") as conn:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "benchmarks" in tables
-        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
-        assert conn.execute("SELECT precision FROM runs").fetchall() == [(None,)]  # v3's column, unknown
-
-
-def test_a_version_2_database_gains_the_run_precision_column(tmp_path):
-    url = f"sqlite:///{tmp_path / 'v2.db'}"
-    old = Database(url)
-    with old.engine.begin() as conn:  # schema version 2: the runs table without `precision`
-        conn.execute(text("CREATE TABLE runs (id INTEGER PRIMARY KEY, method VARCHAR(64))"))
-        conn.execute(text("CREATE TABLE blocks (id INTEGER PRIMARY KEY, k INTEGER)"))
-        conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
-        conn.execute(text("INSERT INTO schema_version (version) VALUES (2)"))
-        conn.execute(text("INSERT INTO runs (method) VALUES ('verifier')"))
-        conn.execute(text("INSERT INTO blocks (k) VALUES (8)"))
-    old.dispose()
-    assert Database(url).migrate() == 4
-    with sqlite3.connect(tmp_path / "v2.db") as conn:
-        assert conn.execute("SELECT method, precision FROM runs").fetchall() == [("verifier", None)]
-        assert conn.execute("SELECT k, draft_stop FROM blocks").fetchall() == [(8, None)]  # v4's column
-
-
-def test_a_fresh_database_is_created_at_version_4(client, settings):
-    with sqlite3.connect(db_path(settings)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]

@@ -7,9 +7,6 @@ one and drops it afterwards. Skipped without the variable or without psycopg (`.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -20,25 +17,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from service.app import create_app
-from tests.service.conftest import LOOPBACK, PROMPT, live_server, race_migrations
+from tests.service.conftest import LOOPBACK, POSTGRES_ADMIN_URL, PROMPT, live_server, race_migrations
 
-ADMIN_URL = os.environ.get("SD2_TEST_POSTGRES_URL")
+ADMIN_URL = POSTGRES_ADMIN_URL
 pytestmark = pytest.mark.skipif(not ADMIN_URL, reason="set SD2_TEST_POSTGRES_URL to test on PostgreSQL")
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    pytest.importorskip("psycopg")
-    name = f"sd2_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture
