@@ -26,7 +26,7 @@ from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit, MethodCheck
 from service.origins import install_cross_origin_policy
 from service.registry import load_trained_drafters
-from service.routers import benchmarks, compare, drafters, generate, health, runs, train
+from service.routers import benchmarks, compare, drafters, generate, health, openai_compat, runs, train
 from service.schemas import ErrorOut
 from service.settings import Settings
 from service.training import RecipeTrainer
@@ -68,7 +68,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
     install_api_docs(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_handlers(app)
-    modules = (generate, compare, runs, benchmarks, drafters, train, health)
+    modules = (generate, compare, runs, benchmarks, drafters, train, health, openai_compat)
     for module in modules:
         document_common_responses(module.router, ErrorOut)
         app.include_router(module.router)
