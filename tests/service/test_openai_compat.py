@@ -14,7 +14,9 @@ import openai
 import pytest
 
 from sd2.engine import Engine
+from sd2.trace import Block, BlockKind, TokenEvent, TokenStatus
 from service.app import create_app
+from service.openai_shapes import BlockTexts
 from service.settings import Settings
 from tests.service.conftest import PROMPT, SlowEngine, count, live_server
 
@@ -204,6 +206,33 @@ def test_a_streamed_client_that_leaves_early_leaves_a_cancelled_run(settings, ti
         while count(settings, "runs") == 0 and time.time() < deadline:
             time.sleep(0.05)
         assert count(settings, "runs", "status = 'cancelled'") == 1 and count(settings, "blocks") == 0
+
+
+def test_a_run_the_time_budget_ended_is_length_for_openai_and_time_for_sd2(settings):
+    budget = replace(settings, generation_time_budget_s=1e-6)  # over after the first block (the prefill)
+    with live_server(create_app(budget)) as url:
+        chat = client(url).chat.completions.create(model=model_id(url), messages=CHAT, max_tokens=50)
+        run = stored_run(url, chat.sd2["run_id"])
+    assert chat.choices[0].finish_reason == "length" and chat.sd2["finish_reason"] == "time"
+    assert run["finish_reason"] == "time" and chat.usage.completion_tokens < 50
+
+
+def _block(index: int, token_id: int) -> Block:
+    """A verifier step that emitted one token."""
+    extra = TokenEvent(token_id, TokenStatus.BONUS, None, 1.0)
+    return Block(index, BlockKind.VERIFIER, [], extra, k=0, n_accepted=0, complete=True)
+
+
+def test_a_character_split_over_two_blocks_is_sent_whole_with_the_later_one(tiny_pair_dir):
+    engine = Engine.load(str(tiny_pair_dir[0]), {}, device="cpu")
+    text = "sky é!"  # "é" is two byte-level tokens: the tiny tokenizer learned no merge for it
+    ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    halves = [n for n in range(len(ids)) if engine.text_of(ids[:n]).endswith("\ufffd")]
+    assert engine.text_of(ids) == text and len(halves) == 1  # the prefix that ends inside "é"
+    texts = BlockTexts(engine)
+    pieces = [texts(_block(i, token_id)) for i, token_id in enumerate(ids)]
+    assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
+    assert "é" in pieces and all(p != "\ufffd" for p in pieces)
 
 
 class _FailingEngine(Engine):
