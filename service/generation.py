@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from sd2.config import DecodeConfig
 from sd2.engine import Engine, GenerateRequest, PreparedRequest
 from sd2.errors import InvalidValue
 from sd2.trace import Block
 from service.errors import FieldError, from_invalid
+from service.metrics import GenerationProbe, ServiceMetrics
 from service.repository import RunRecord
 from service.schemas import DecodeSettings
 from service.settings import Settings
@@ -30,12 +32,14 @@ class RunCancelled(Exception):
 
 @dataclass
 class ModelHost:
-    """The loaded Engine, the lock that serialises every use of its models, and how long one
-    generation may hold them (`time_budget_s`, None: unbounded; Settings.generation_time_budget_s)."""
+    """The loaded Engine, the lock that serialises every use of its models, how long one generation may
+    hold them (`time_budget_s`, None: unbounded; Settings.generation_time_budget_s), and the instruments
+    every generation feeds (`metrics`, the app's; a host built alone gets a registry of its own)."""
 
     engine: Engine
     lock: threading.Lock
     time_budget_s: float | None = None
+    metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
 
 
 def prepare(body: DecodeSettings, method: str, settings: Settings) -> GenerateRequest:
@@ -91,20 +95,24 @@ def decode(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunRecord:
     """Run one generation under the model lock and describe its outcome (nothing is written here).
-    The host's time budget counts from when the lock is taken (a run past it ends with "time").
+    The host's time budget counts from when the lock is taken (a run past it ends with "time"), and so
+    do its metrics' time to first token and duration (the wait is `sd2_model_lock_wait_seconds`).
 
     Any exception becomes a record with status failed (or cancelled when `should_stop` said so).
     """
     engine = host.engine
     record = _record(prepared, engine.precision, prompt_set)
+    waiting_since = time.perf_counter()
     with host.lock:
+        probe = host.metrics.generation(prepared.request.method, time.perf_counter() - waiting_since)
         try:
-            record.result = _run(engine, prepared, host.time_budget_s, on_block, should_stop)
+            record.result = _run(engine, prepared, host.time_budget_s, on_block, should_stop, probe)
         except RunCancelled:
             record.status, record.error = "cancelled", "the client disconnected before the run finished"
         except Exception as err:  # recorded as a failed run; the server keeps serving
             log.exception("generation failed (method %s)", prepared.request.method)
             record.status, record.error = "failed", f"{type(err).__name__}: {err}"
+        probe.finished(record.status, record.result.finish_reason if record.result is not None else None)
     return record
 
 
@@ -122,12 +130,20 @@ def _record(prepared: PreparedRequest, precision: str, prompt_set: str | None) -
     )
 
 
-def _run(engine: Engine, prepared: PreparedRequest, time_budget_s: float | None, on_block, should_stop):
+def _run(
+    engine: Engine,
+    prepared: PreparedRequest,
+    time_budget_s: float | None,
+    on_block,
+    should_stop,
+    probe: GenerationProbe,
+):
     stream = engine.stream(prepared, time_budget_s)
     try:
         for item in stream:
             if not isinstance(item, Block):
                 return item  # the final GenerationResult
+            probe.block(item)  # a block decoded counts, even if the run is cancelled at it
             if should_stop():
                 raise RunCancelled
             if on_block is not None:
