@@ -22,11 +22,14 @@ from service.deps import Services
 from service.errors import document_common_responses, install_handlers
 from service.generation import ModelHost
 from service.hosts import HostCheck, allowed_hosts
+from service.http_metrics import HttpMetrics
 from service.jobs import JobRunner, TrainFn, drafter_info
 from service.limits import BodyLimit, MethodCheck
+from service.metrics import ServiceMetrics
 from service.origins import install_cross_origin_policy
 from service.registry import load_trained_drafters
 from service.routers import benchmarks, compare, drafters, generate, health, openai_compat, runs, train
+from service.routers import metrics as metrics_routes
 from service.schemas import ErrorOut
 from service.settings import Settings
 from service.training import RecipeTrainer
@@ -45,9 +48,11 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
     lifespan loads the pair named in `settings` and trains with `RecipeTrainer` (sd2.train). The API
     only: the launcher (`launcher.serve.build_app`) mounts the browser UI beside these routes."""
 
+    service_metrics = ServiceMetrics()  # this app's own registry (GET /metrics)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = _start(settings, engine, train_fn)
+        services = _start(settings, engine, train_fn, service_metrics)
         app.state.services = services
         try:
             yield
@@ -68,18 +73,22 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
     install_api_docs(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_handlers(app)
-    modules = (generate, compare, runs, benchmarks, drafters, train, health, openai_compat)
+    modules = (generate, compare, runs, benchmarks, drafters, train, health, metrics_routes, openai_compat)
     for module in modules:
         document_common_responses(module.router, ErrorOut)
         app.include_router(module.router)
     api_routes = [(r.path_regex, frozenset(r.methods)) for m in modules for r in m.router.routes]
     app.add_middleware(MethodCheck, routes=api_routes)
     install_cross_origin_policy(app, settings.cors_origins)  # also keeps a mounted UI's own policy off
-    app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))  # outermost
+    app.add_middleware(HostCheck, allowed=allowed_hosts(settings.host, settings.allowed_hosts))
+    templates = [(r.path_regex, r.path) for m in modules for r in m.router.routes]
+    app.add_middleware(HttpMetrics, metrics=service_metrics, templates=templates)  # outermost: all count
     return app
 
 
-def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) -> Services:
+def _start(
+    settings: Settings, engine: Engine | None, train_fn: TrainFn | None, metrics: ServiceMetrics
+) -> Services:
     """Open and migrate the store, load the models, re-register trained drafters, start the job worker."""
     db = Database(settings.db_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     db.migrate()
@@ -93,7 +102,7 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
         )
     for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
         log.warning("swept %s, left by a checkpoint save that did not finish", path)
-    host = ModelHost(engine, threading.Lock(), settings.time_budget_s)
+    host = ModelHost(engine, threading.Lock(), settings.time_budget_s, metrics)
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
     load_trained_drafters(db, host, settings.drafters_dir)  # drafters of earlier jobs, after a restart
@@ -106,6 +115,8 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
     methods = tuple(getattr(fn, "methods", ("pretrain", "distill", "sd2")))
     executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="sd2-io")
     decode_pool = ThreadPoolExecutor(settings.generation_queue, thread_name_prefix="sd2-decode")
+    admission = Admission(settings.generation_queue)
+    metrics.watch(admission)  # the queue gauges read it at each scrape
     return Services(
         settings=settings,
         db=db,
@@ -114,5 +125,5 @@ def _start(settings: Settings, engine: Engine | None, train_fn: TrainFn | None) 
         train_methods=methods,
         executor=executor,
         decode_pool=decode_pool,
-        admission=Admission(settings.generation_queue),
+        admission=admission,
     )

@@ -51,7 +51,7 @@ def test_openapi_documents_every_endpoint_with_examples(client):
         ("post", "/generate"), ("post", "/compare"), ("get", "/runs"), ("get", "/runs/{run_id}"),
         ("get", "/runs/{run_id}/export"), ("delete", "/runs/{run_id}"), ("get", "/stats"),
         ("get", "/drafters"),
-        ("get", "/health"), ("get", "/ready"), ("get", "/version"), ("get", "/defaults"),
+        ("get", "/health"), ("get", "/ready"), ("get", "/version"), ("get", "/defaults"), ("get", "/metrics"),
         ("post", "/train"), ("get", "/train/{job_id}"),
         ("get", "/train/{job_id}/stream"), ("post", "/train/{job_id}/cancel"),
         ("post", "/benchmarks"), ("get", "/benchmarks"), ("get", "/benchmarks/{benchmark_id}"),
