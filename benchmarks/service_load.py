@@ -1,9 +1,9 @@
 """Admission control under load: N concurrent short generations against one server, while a prober
-times GET /health and GET /runs throughout.
+times GET /health, GET /runs and GET /metrics throughout.
 
 One process: the embedded pair (or --verifier) served by `create_app` under uvicorn on a free
 127.0.0.1 port with a real SQLite file. --clients threads each POST one short greedy /generate at the
-same moment; a prober thread times /health and /runs back to back until they all finished. Reports
+same moment; a prober thread times /health, /runs and /metrics back to back until they all finished. Reports
 how many were served (200), refused (429, with Retry-After) or anything else, the runs stored (must
 equal the served count: nothing lost, nothing refused written), and the probes' median and max
 latency (target: max < 1 s). Prints a Markdown table with machine, date and command; exit 1 when a
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> dict:
     def probe(url: str) -> None:
         with httpx.Client(base_url=url, timeout=30) as http:
             while not done.is_set():
-                for path in ("/health", "/runs?limit=5"):
+                for path in ("/health", "/runs?limit=5", "/metrics"):
                     start = time.perf_counter()
                     http.get(path).raise_for_status()
                     probes.append(time.perf_counter() - start)
@@ -127,7 +127,7 @@ def report(args: argparse.Namespace, r: dict) -> tuple[str, bool]:
         f"| {r['probes']} | {r['probe_median_s'] * 1e3:.0f} | {r['probe_max_s'] * 1e3:.0f} |",
         "",
         f"**{'PASS' if ok else 'FAIL'}**: every request 200 or 429, every served run stored, "
-        f"/health and /runs max < {PROBE_TARGET_S:.0f} s throughout.",
+        f"/health, /runs and /metrics max < {PROBE_TARGET_S:.0f} s throughout.",
     ]
     return "\n".join(lines), ok
 
