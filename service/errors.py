@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sd2.errors import InvalidValue
 from service.admission import Busy
@@ -63,9 +64,27 @@ def install_handlers(app: FastAPI) -> None:
     async def _field_error(_request: Request, err: FieldError) -> JSONResponse:
         return JSONResponse({"detail": err.detail()}, status_code=err.status_code)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, err: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"detail": listed_detail(err.status_code, err.detail)},
+            status_code=err.status_code,
+            headers=getattr(err, "headers", None),
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, err: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": json_safe(err.errors())}, status_code=422)
+
+
+def listed_detail(status_code: int, detail: Any) -> list[dict]:
+    """An HTTP error's detail in the house shape. Ours are lists already; Starlette's and FastAPI's own
+    are strings ("Not Found", "There was an error parsing the body" for a body not in UTF-8), put at
+    the path (404) or the body (400) they are about."""
+    if isinstance(detail, list):
+        return detail
+    where = {400: ["body"], 404: ["path"], 405: ["method"]}.get(status_code, [])
+    return [{"loc": where, "msg": str(detail), "type": "http_error"}]
 
 
 def json_safe(value: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.schemas import ErrorOut
 from tests.service.conftest import PROMPT, table_counts
 
 OK = {"prompt": PROMPT, "method": "tiny", "k": 4, "max_new_tokens": 8}
@@ -124,3 +125,19 @@ def test_a_number_or_a_word_is_not_a_date(client, value):
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["query", "until"]
     assert "ISO 8601" in response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("path", ["/generate", "/compare", "/train"])
+def test_a_body_not_in_utf8_is_a_400_in_the_error_schema(client, settings, path):
+    # FastAPI answered these with a plain-string `detail`, outside the documented ErrorOut shape.
+    response = client.post(path, content=b'{"prompt": "\xff"}', headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    ErrorOut.model_validate(response.json())
+    assert response.json()["detail"][0]["loc"] == ["body"]
+    assert set(table_counts(settings).values()) == {0}
+
+
+def test_an_unknown_path_is_a_404_in_the_error_schema(client):
+    response = client.get("/no-such-thing")
+    assert response.status_code == 404
+    assert ErrorOut.model_validate(response.json()).detail[0].msg == "Not Found"
