@@ -106,11 +106,8 @@ def _start(
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
     load_trained_drafters(db, host, settings.drafters_dir)  # drafters of earlier jobs, after a restart
-    interrupted = repository.fail_interrupted_jobs(db)
-    if interrupted:
-        log.warning("marked %d training job(s) interrupted by a restart as failed", interrupted)
     fn = train_fn or RecipeTrainer(host)
-    jobs = JobRunner(db, host, fn, settings.drafters_dir)
+    jobs = JobRunner(db, host, fn, settings.drafters_dir, lease_s=settings.job_lease_s)
     jobs.start()
     methods = tuple(getattr(fn, "methods", ("pretrain", "distill", "sd2")))
     executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="sd2-io")

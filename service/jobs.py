@@ -12,8 +12,11 @@ the Engine and the registry, and it appears in GET /drafters.
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import socket
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,12 @@ from service.errors import public_error
 from service.generation import ModelHost
 
 log = logging.getLogger(__name__)
+LEASES_PER_RENEWAL = 3  # a replica renews its jobs' leases (and fails abandoned ones) 3× per lease
+
+
+def replica_id() -> str:
+    """This process's name in the store: host, pid and a random part (pids repeat across restarts)."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,28 +51,60 @@ TrainFn = Callable[[TrainSpec, OnMetric, Callable[[], bool]], Path | None]
 
 
 class JobRunner:
-    """Runs queued jobs one at a time in a worker thread; cancellation is cooperative."""
+    """Runs queued jobs one at a time in a worker thread; cancellation is cooperative.
 
-    def __init__(self, db: Database, host: ModelHost, train_fn: TrainFn, drafters_dir: Path):
+    Jobs live in a store replicas may share, each claimed by the replica that queued it (its queue is
+    in that process's memory). A second thread renews this replica's claims every `renew_s` and fails
+    the jobs whose claim lapsed `lease_s` after their replica died, so a replica starting beside live
+    ones never fails their jobs, and a crashed one's jobs do not stay "running" forever.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        host: ModelHost,
+        train_fn: TrainFn,
+        drafters_dir: Path,
+        lease_s: float = 30.0,
+        renew_s: float | None = None,
+    ):
+        """`lease_s`: how long after its replica died a job is failed (Settings.job_lease_s); `renew_s`:
+        how often leases are renewed (default lease_s / 3)."""
+        renew_s = lease_s / LEASES_PER_RENEWAL if renew_s is None else renew_s
+        if not 0 < renew_s < lease_s:
+            raise ValueError(f"renew_s ({renew_s}) must lie in (0, lease_s = {lease_s})")
         self.db, self.host, self.train_fn, self.drafters_dir = db, host, train_fn, drafters_dir
+        self.replica, self.lease_s, self.renew_s = replica_id(), lease_s, renew_s
         self._queue: queue.Queue[TrainSpec | None] = queue.Queue()
         self._cancelled: set[int] = set()
         self._unrecorded: dict[int, str] = {}  # job id → error, for failures the store refused to record
         self._shutdown = threading.Event()
         self._thread = threading.Thread(target=self._work, name="sd2-train-worker", daemon=True)
+        self._leases = threading.Thread(target=self._keep_leases, name="sd2-train-leases", daemon=True)
 
     def start(self) -> None:
+        """Fail the jobs no live replica holds (left by a replica that died), then start serving."""
+        abandoned = repository.fail_abandoned_jobs(self.db)
+        if abandoned:
+            log.warning("marked %d training job(s) of a stopped server as failed", abandoned)
         self._thread.start()
+        self._leases.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Ask the running job to stop, then wait for the worker (jobs still queued are failed on restart)."""
+        """Ask the running job to stop, wait for the worker, and fail this replica's jobs still queued
+        (no other replica can run them: the queue is this process's)."""
         self._shutdown.set()
         self._queue.put(None)
         self._thread.join(timeout)
+        self._leases.join(timeout)
+        try:
+            repository.fail_abandoned_jobs(self.db, replica=self.replica)
+        except Exception:  # the store is down: the leases lapse and another replica fails them
+            log.warning("could not mark this server's queued training jobs as failed")
 
     def submit(self, name: str, method: str, base_drafter: str, spec: Mapping) -> int:
         """Store the job (`spec`: TrainIn's other fields, as the job's row keeps them) and queue it."""
-        job_id = repository.create_job(self.db, name, method, base_drafter, spec)
+        job_id = repository.create_job(self.db, name, method, base_drafter, spec, self.replica, self.lease_s)
         job = FineTune(
             objective=method,
             base=base_drafter,
@@ -104,6 +145,16 @@ class JobRunner:
                 log.exception("training job %d: the store failed", spec.job_id)
                 self._unrecorded[spec.job_id] = f"the store failed: {type(err).__name__}"
                 self._record_unrecorded()
+
+    def _keep_leases(self) -> None:
+        while not self._shutdown.wait(self.renew_s):
+            try:
+                repository.renew_leases(self.db, self.replica, self.lease_s)
+                abandoned = repository.fail_abandoned_jobs(self.db)
+                if abandoned:
+                    log.warning("marked %d training job(s) of a server that stopped as failed", abandoned)
+            except Exception:  # the store is down; retried at the next renewal
+                log.warning("could not renew this server's training-job leases", exc_info=True)
 
     def _record_unrecorded(self) -> None:
         """Mark failed the jobs whose failure the store could not take yet (retried before each job)."""

@@ -149,6 +149,10 @@ class TrainingJob(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
+    # The replica that queued the job, and until when its claim holds; that replica renews it while it
+    # lives, and any replica fails a queued/running job whose claim lapsed (service/jobs.py).
+    replica: Mapped[str | None] = mapped_column(String(80))
+    lease_until: Mapped[datetime | None] = mapped_column()
 
     points: Mapped[list[MetricPoint]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True, order_by="MetricPoint.id"

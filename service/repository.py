@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -155,10 +156,22 @@ def _upsert_drafter_once(db: Database, info: DrafterInfo) -> None:
         session.add(row)
 
 
-def create_job(db: Database, name: str, method: str, base_drafter: str, spec: Mapping) -> int:
+ACTIVE_JOB_STATUSES = ("queued", "running")
+
+
+def create_job(
+    db: Database, name: str, method: str, base_drafter: str, spec: Mapping, replica: str, lease_s: float
+) -> int:
+    """A queued job, claimed by `replica` for `lease_s` seconds (renewed by `renew_leases`)."""
     with db.write() as session:
         job = TrainingJob(
-            name=name, method=method, base_drafter=base_drafter, spec=dict(spec), status="queued"
+            name=name,
+            method=method,
+            base_drafter=base_drafter,
+            spec=dict(spec),
+            status="queued",
+            replica=replica,
+            lease_until=utcnow() + timedelta(seconds=lease_s),
         )
         session.add(job)
         session.flush()
@@ -202,20 +215,30 @@ def add_metric_points(
         session.execute(update(TrainingJob).where(TrainingJob.id == job_id).values(progress=progress))
 
 
-def fail_interrupted_jobs(db: Database) -> int:
-    """At start-up: jobs left queued/running by a previous process cannot resume; mark them failed."""
+def renew_leases(db: Database, replica: str, lease_s: float) -> int:
+    """Extend the claim of `replica` on its queued and running jobs by `lease_s` from now."""
     with db.write() as session:
-        ids = session.scalars(
-            select(TrainingJob.id).where(TrainingJob.status.in_(("queued", "running")))
-        ).all()
-        session.execute(
+        return session.execute(
             update(TrainingJob)
-            .where(TrainingJob.id.in_(ids))
-            .values(
-                status="failed", error="the server restarted before the job finished", finished_at=utcnow()
-            )
-        )
-        return len(ids)
+            .where(TrainingJob.replica == replica, TrainingJob.status.in_(ACTIVE_JOB_STATUSES))
+            .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+        ).rowcount
+
+
+def fail_abandoned_jobs(db: Database, replica: str | None = None) -> int:
+    """Mark failed the queued and running jobs no live replica holds: their lease lapsed (the replica
+    died) or they have none (written before leases) — and, with `replica`, that replica's own (it is
+    stopping). Jobs other live replicas hold are left alone. Returns how many failed."""
+    abandoned = or_(TrainingJob.lease_until.is_(None), TrainingJob.lease_until < utcnow())
+    if replica is not None:
+        abandoned = or_(abandoned, TrainingJob.replica == replica)
+    error = "the server running it stopped before the job finished"
+    with db.write() as session:
+        return session.execute(
+            update(TrainingJob)
+            .where(TrainingJob.status.in_(ACTIVE_JOB_STATUSES), abandoned)
+            .values(status="failed", error=error, finished_at=utcnow())
+        ).rowcount
 
 
 def finish_job_if_queued(db: Database, job_id: int) -> None:

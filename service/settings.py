@@ -55,6 +55,9 @@ class Settings:
     # Host headers served (DNS-rebinding guard, service/hosts.py); empty: loopback names when bound to
     # loopback, any otherwise.
     allowed_hosts: tuple[str, ...] = ()
+    # How long after its server died a queued or running training job is marked failed by a live replica
+    # (renewed every third of it by the server running it; service/jobs.py).
+    job_lease_s: float = 30.0
     # Web origins whose pages may call the server from a browser (service/origins.py); empty: none.
     cors_origins: tuple[str, ...] = ()
     db_busy_timeout_ms: int = 30_000  # SQLite: how long a write waits for the lock before it fails (503)
@@ -100,6 +103,7 @@ class Settings:
             ),
             allowed_hosts=_names(env.get("SD2_ALLOWED_HOSTS", "")),
             cors_origins=_names(env.get("SD2_CORS_ORIGINS", "")),
+            job_lease_s=float(env.get("SD2_JOB_LEASE_S", cls.job_lease_s)),
         )
 
 

@@ -21,7 +21,7 @@ def test_health_version_drafters(client):
         "batch_invariant": True,
         "database": True,
     }
-    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 4, "api": "1"}
+    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 5, "api": "1"}
     (drafter,) = client.get("/drafters").json()
     assert drafter == {
         "name": "tiny",

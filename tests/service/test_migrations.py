@@ -102,11 +102,13 @@ def test_the_migrated_schema_is_the_orm(store_url):
 
 
 def test_the_comparison_with_the_orm_sees_a_missing_revision(store_url):
-    """The negative control of the test above: one revision short, the ORM's draft_stop is missing."""
+    """The negative control of the test above: one revision short, the ORM's job lease columns are
+    missing."""
     db = Database(store_url)
-    _upgrade_to(db, "0003")
-    assert [(d[0], d[2], d[3].name) for d in _differences(db.engine)] == [
-        ("add_column", "blocks", "draft_stop")
+    _upgrade_to(db, "0004")
+    assert sorted((d[0], d[2], d[3].name) for d in _differences(db.engine)) == [
+        ("add_column", "training_jobs", "lease_until"),
+        ("add_column", "training_jobs", "replica"),
     ]
     db.dispose()
 
@@ -134,7 +136,7 @@ def test_a_database_from_a_newer_sd2_is_refused(store_url):
     db.migrate()
     with db.engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0999'"))
-    with pytest.raises(RuntimeError, match=r"revision '0999' is newer than this sd2's \('0004'\)"):
+    with pytest.raises(RuntimeError, match=rf"revision '0999' is newer than this sd2's \('{HEAD}'\)"):
         db.migrate()
     assert _versions(db.engine)["alembic_version"] == ["0999"]
     db.dispose()
@@ -145,7 +147,8 @@ def test_a_legacy_version_newer_than_the_last_revision_is_refused(store_url):
     with db.engine.begin() as conn:
         conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
         conn.execute(text("INSERT INTO schema_version (version) VALUES (9)"))
-    with pytest.raises(RuntimeError, match=r"schema version 9 is newer than this sd2's \(4\)"):
+    newer = rf"schema version 9 is newer than this sd2's \({SCHEMA_VERSION}\)"
+    with pytest.raises(RuntimeError, match=newer):
         db.migrate()
     assert _versions(db.engine) == {"alembic_version": None, "schema_version": [9]}  # rolled back
     db.dispose()
