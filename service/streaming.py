@@ -19,6 +19,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from service.deps import Services
+from service.errors import public_error
 
 Item = tuple[str, Any]  # (kind, payload); kind "error" carries the exception
 Render = Callable[[Item], tuple[str, bool]]  # an item → (text to send, whether it is the last)
@@ -77,3 +78,8 @@ async def _drain(first: Item, feed: Feed, render: Render) -> AsyncIterator[str]:
 def ndjson_line(data: dict) -> str:
     """One NDJSON line: the object's JSON (non-ASCII kept as is) and a newline."""
     return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+def error_line(err: BaseException) -> str:
+    """The NDJSON line that ends a stream whose worker failed (the store, or the run itself)."""
+    return ndjson_line({"event": "error", "status": "failed", "error": public_error(err)})

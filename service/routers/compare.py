@@ -12,11 +12,10 @@ from sd2.engine import PreparedRequest
 from sd2.trace import Block
 from service import repository
 from service.deps import Services, ServicesDep
-from service.errors import public_error
 from service.generation import admit, decode, prepare
 from service.repository import RunRecord
 from service.schemas import CompareIn, CompareOut
-from service.streaming import Feed, ndjson_line, stream_work
+from service.streaming import Feed, error_line, ndjson_line, stream_work
 
 router = APIRouter(tags=["generate"])
 
@@ -150,4 +149,4 @@ def _ndjson(item) -> tuple[str, bool]:
         return ndjson_line(payload), False
     if kind == "done":
         return ndjson_line(payload), True
-    return ndjson_line({"event": "error", "status": "failed", "error": public_error(payload)}), True
+    return error_line(payload), True

@@ -7,11 +7,10 @@ from fastapi.responses import JSONResponse
 
 from sd2.trace import Block
 from service.deps import ServicesDep
-from service.errors import public_error
 from service.one_run import admitted, decode_stored, stream_stored
 from service.repository import RunRecord
 from service.schemas import GenerateIn, GenerationOut
-from service.streaming import ndjson_line
+from service.streaming import error_line, ndjson_line
 
 router = APIRouter(tags=["generate"])
 
@@ -63,7 +62,7 @@ def _ndjson(item) -> tuple[str, bool]:
         return ndjson_line({"event": "block", "block": payload}), False
     if kind == "done":
         return ndjson_line(_summary(*payload)), True
-    return ndjson_line({"event": "error", "status": "failed", "error": public_error(payload)}), True
+    return error_line(payload), True
 
 
 def _summary(run_id: int, record: RunRecord) -> dict:
