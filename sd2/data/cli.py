@@ -14,7 +14,7 @@ from sd2.cli_args import add_placement_arguments
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("sharegpt", "pydocs")
+SOURCES = ("sharegpt", "pydocs", "pydocs-explain")  # pydocs: summarise a paragraph; -explain: explain it
 
 
 def add_data_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,11 +73,29 @@ def draft_vocab_main(args: argparse.Namespace) -> int:
 
 
 def _add_synth(sub: argparse._SubParsersAction) -> None:
-    from sd2.data.synth import SynthConfig
+    from sd2.data.synth import TURNS, SynthConfig
 
     d = SynthConfig()
     p = sub.add_parser("synth", help="the verifier answers training prompts (resumable JSONL)")
-    p.add_argument("--source", choices=SOURCES, default="sharegpt", help="prompt corpus (first user turns)")
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="sharegpt",
+        help="prompt corpus: ShareGPT user turns, or Python-docs paragraphs to summarise or explain",
+    )
+    p.add_argument(
+        "--turns",
+        choices=TURNS,
+        default="first",
+        help="ShareGPT: the opening user turn of each conversation, or every user turn with the "
+        "conversation so far",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="answers per prompt (T > 0 only), ids <id>~0 … <id>~N-1",
+    )
     p.add_argument("--split", choices=("train", "validation"), default="train", help="never the test split")
     p.add_argument("--limit", type=int, default=None, help="answer at most this many prompts (the first N)")
     p.add_argument(
@@ -154,18 +172,32 @@ def synth_main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    if args.samples < 1:
+        raise ValueError(f"--samples must be ≥ 1, got {args.samples}")
+    if args.samples > 1 and args.temperature == 0:
+        raise ValueError("--samples > 1 needs --temperature > 0: greedy answers are all the same")
     config = SynthConfig(
         args.max_new_tokens, args.temperature, args.batch_size, args.seed, args.max_prompt_tokens
     )
     engine = Engine.load(args.verifier, device=args.device, shipped=False, dtype=args.dtype)
     prompts = synth_prompts(
-        _training_pool(args.source, args.split), engine.tokenizer, config.max_prompt_tokens
+        _training_pool(args.source, args.split),
+        engine.tokenizer,
+        config.max_prompt_tokens,
+        turns=args.turns,
+        samples=args.samples,
     )
     prompts = prompt_window(prompts, args.skip, args.limit)
     verifier = engine.verifier_name.replace("/", "--")
-    name = f"{verifier}-{args.source}-{args.split}-T{config.temperature:g}-s{config.seed}"
+    variant = (f"-{args.turns}turns" if args.turns != "first" else "") + (
+        f"-x{args.samples}" if args.samples > 1 else ""
+    )
+    name = f"{verifier}-{args.source}-{args.split}{variant}-T{config.temperature:g}-s{config.seed}"
     out = args.out or sd2_home() / "data" / "synth" / f"{name}.jsonl"
     meta = {"verifier": engine.verifier_name, "source": args.source, "split": args.split}
+    # recorded only when not the default, so files written before these options existed still resume
+    meta |= {"turns": args.turns} if args.turns != "first" else {}
+    meta |= {"samples": args.samples} if args.samples > 1 else {}
     written = run_synth(
         engine.verifier,
         engine.tokenizer,
@@ -182,11 +214,15 @@ def synth_main(args: argparse.Namespace) -> int:
 
 
 def _training_pool(source: str, split: str):
-    from sd2.data.pydocs import docs_paragraphs
+    from sd2.data.pydocs import EXPLAIN_TEMPLATE, SUMMARIZE_TEMPLATE, docs_paragraphs
     from sd2.data.sharegpt import sharegpt_conversations
     from sd2.data.split import default_split, select, train_only
 
-    conversations = sharegpt_conversations() if source == "sharegpt" else docs_paragraphs()
+    if source == "sharegpt":
+        conversations = sharegpt_conversations()
+    else:
+        template = EXPLAIN_TEMPLATE if source == "pydocs-explain" else SUMMARIZE_TEMPLATE
+        conversations = docs_paragraphs(template=template)
     config = default_split(source)
     return (
         train_only(conversations, config) if split == "train" else list(select(conversations, split, config))

@@ -18,6 +18,10 @@ from sd2.data.records import Conversation, CorpusMissingError, Provenance
 PACKAGE = "python3.11-doc"
 SOURCES = Path("/usr/share/doc/python3.11/html/_sources")
 SUMMARIZE_TEMPLATE = "Summarize the following documentation paragraph:\n\n{paragraph}"
+EXPLAIN_TEMPLATE = (
+    "Explain the following passage from the Python documentation in plain words, with an example "
+    "where it helps:\n\n{paragraph}"
+)
 _ROLE = re.compile(r":[\w:+-]+:`([^`]+)`")  # :role:`text <target>` → text, :role:`~a.b` → a.b
 _ESCAPE = re.compile(r"\\([*_`|\\ ])")  # reST escapes: "char\\*" → "char*"; "\\n" in code stays
 _TARGET = re.compile(r"^(.+?)\s+<[^<>]+>$")
@@ -99,8 +103,11 @@ def paragraphs(text: str, rule: ParagraphRule = ParagraphRule()) -> Iterator[str
             yield paragraph
 
 
-def docs_paragraphs(root: Path = SOURCES, rule: ParagraphRule = ParagraphRule()) -> Iterator[Conversation]:
-    """Every prose paragraph as a one-turn summarisation prompt; a document is one split unit."""
+def docs_paragraphs(
+    root: Path = SOURCES, rule: ParagraphRule = ParagraphRule(), template: str = SUMMARIZE_TEMPLATE
+) -> Iterator[Conversation]:
+    """Every prose paragraph as a one-turn prompt (`template`: summarise by default, or
+    EXPLAIN_TEMPLATE); a document is one split unit, whatever the template."""
     files = docs_files(root)
     provenance_version = docs_version() if root == SOURCES else "unversioned"
     for path in files:
@@ -113,7 +120,7 @@ def docs_paragraphs(root: Path = SOURCES, rule: ParagraphRule = ParagraphRule())
         ):
             yield Conversation(
                 f"{relative}#{index}",
-                ({"role": "user", "content": SUMMARIZE_TEMPLATE.format(paragraph=paragraph)},),
+                ({"role": "user", "content": template.format(paragraph=paragraph)},),
                 provenance,
                 group=relative,
                 meta={"paragraph": paragraph},

@@ -43,8 +43,9 @@ DOCS_SPLIT = SplitConfig(test=0.08)  # Python docs: only ≈480 files, so a larg
 
 
 def default_split(source: str) -> SplitConfig:
-    """The split every tool uses for a corpus ("sharegpt", "pydocs"; HumanEval is all held out)."""
-    return DOCS_SPLIT if source == "pydocs" else CHAT_SPLIT
+    """The split every tool uses for a corpus ("sharegpt", "pydocs", "pydocs-explain": the same
+    documents as "pydocs"; HumanEval is all held out)."""
+    return DOCS_SPLIT if source.startswith("pydocs") else CHAT_SPLIT
 
 
 def unit_interval(key: str, seed: int) -> float:

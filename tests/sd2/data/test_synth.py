@@ -139,3 +139,41 @@ def test_too_long_prompts_are_skipped_not_truncated(pair):
     kept = synth_prompts(convs, tokenizer, max_prompt_tokens=32)
     assert [p.id for p in kept] == ["short"]
     assert tokenizer.decode(kept[0].prompt_ids).endswith("<|im_start|>assistant\n")
+
+
+def test_all_turns_gives_every_user_turn_with_the_conversation_so_far(pair):
+    _, tokenizer = pair
+    conv = Conversation(
+        "chat",
+        (
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "name a cat"},
+            {"role": "assistant", "content": "Tom"},
+            {"role": "user", "content": "another"},
+            {"role": "assistant", "content": "Felix"},
+        ),
+        PROV,
+    )
+    first = synth_prompts([conv], tokenizer, max_prompt_tokens=256)
+    every = synth_prompts([conv], tokenizer, max_prompt_tokens=256, turns="all")
+    assert [p.id for p in first] == ["chat"]
+    assert [p.id for p in every] == ["chat", "chat@3"]  # the opening turn keeps the bare id
+    later = tokenizer.decode(every[1].prompt_ids)
+    assert "name a cat" in later and "Tom" in later and "another" in later and "Felix" not in later
+    assert later.endswith("<|im_start|>assistant\n")
+    with pytest.raises(ValueError, match="turns"):
+        synth_prompts([conv], tokenizer, max_prompt_tokens=256, turns="last")
+
+
+def test_several_samples_per_prompt_get_their_own_ids_and_draws(pair, tmp_path):
+    model, tokenizer = pair
+    convs = [Conversation("c0", ({"role": "user", "content": "Tell me a story about a cat"},), PROV)]
+    todo = synth_prompts(convs, tokenizer, max_prompt_tokens=256, samples=3)
+    assert [p.id for p in todo] == ["c0~0", "c0~1", "c0~2"]
+    assert len({p.prompt_ids for p in todo}) == 1
+    out = tmp_path / "samples.jsonl"
+    run_synth(model, tokenizer, todo, out, SynthConfig(max_new_tokens=12, batch_size=3), STOP, progress=False)
+    answers = [tuple(r["response_ids"]) for r in rows(out)]
+    assert len(set(answers)) == 3  # one prompt, three different T = 1 samples
+    with pytest.raises(ValueError, match="samples"):
+        synth_prompts(convs, tokenizer, max_prompt_tokens=256, samples=0)
