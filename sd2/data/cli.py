@@ -117,6 +117,13 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
+        "--sort-batches",
+        type=int,
+        default=d.sort_batches,
+        help="cut batches from groups of N·batch-size prompts sorted by length (less padding); "
+        "0 = batch the prompts as given (files written before this option)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -177,7 +184,12 @@ def synth_main(args: argparse.Namespace) -> int:
     if args.samples > 1 and args.temperature == 0:
         raise ValueError("--samples > 1 needs --temperature > 0: greedy answers are all the same")
     config = SynthConfig(
-        args.max_new_tokens, args.temperature, args.batch_size, args.seed, args.max_prompt_tokens
+        args.max_new_tokens,
+        args.temperature,
+        args.batch_size,
+        args.seed,
+        args.max_prompt_tokens,
+        args.sort_batches,
     )
     engine = Engine.load(args.verifier, device=args.device, shipped=False, dtype=args.dtype)
     prompts = synth_prompts(
@@ -198,6 +210,8 @@ def synth_main(args: argparse.Namespace) -> int:
     # recorded only when not the default, so files written before these options existed still resume
     meta |= {"turns": args.turns} if args.turns != "first" else {}
     meta |= {"samples": args.samples} if args.samples > 1 else {}
+    precision = engine.placement.precision  # answers of one file come from one precision
+    meta |= {"precision": precision} if precision != "fp32" else {}  # every file before --dtype was fp32
     written = run_synth(
         engine.verifier,
         engine.tokenizer,

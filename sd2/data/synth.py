@@ -2,9 +2,12 @@
 
 Batched HF `generate` with left padding. Sampling is pure: temperature as given, top_p = 1 and
 top_k = 0 set explicitly (the paper inherited the model's top_p/top_k, so its "T = 1" data were not).
+Batches are cut from groups of `sort_batches` · B consecutive prompts sorted by prompt length (stable),
+so a batch's rows need little left padding, while a cut-short run still covers the prompts' order.
 Resumable: each batch is appended to a JSONL file in one write and fsynced; a rerun skips ids already
-there. Deterministic: batch b is always prompts[b·B:(b+1)·B] sampled under a seed derived from
-(seed, its ids), so an interrupted-and-resumed run writes exactly what an uninterrupted one would.
+there. Deterministic: the batches are a function of the prompt list and the config alone, and each is
+sampled under a seed derived from (seed, its ids), so an interrupted-and-resumed run writes exactly what
+an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,9 +39,29 @@ class SynthConfig:
 
     max_new_tokens: int = 256  # response budget; rows that hit it are marked finish_reason "length"
     temperature: float = 1.0  # 1 = the verifier's own distribution (the paper's choice); 0 = greedy
-    batch_size: int = 16  # rows per generate call; larger is faster on a GPU, costs padding on CPU
+    batch_size: int = 128  # rows per generate call (bf16 on a 2-core CPU: 1.8× the answers/h of 16)
     seed: int = 0  # with the prompt ids, fixes every sample
     max_prompt_tokens: int = 256  # longer prompts are skipped, never truncated (a left-cut loses the header)
+    sort_batches: int = (
+        16  # batches cut from groups of this many · batch_size length-sorted prompts; 0 = as given
+    )
+
+    def __post_init__(self):
+        for name in ("max_new_tokens", "batch_size", "max_prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.temperature < 0 or self.sort_batches < 0:
+            raise ValueError(
+                f"temperature and sort_batches must be ≥ 0, got {self.temperature}, {self.sort_batches}"
+            )
+
+    def record(self) -> dict:
+        """The settings written beside the output; `sort_batches` only when on, so that files from
+        before it existed (prompts batched as given) still resume with `sort_batches=0`."""
+        settings = asdict(self)
+        if not self.sort_batches:
+            del settings["sort_batches"]
+        return settings
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,22 @@ def prompt_window(prompts: Sequence[SynthPrompt], skip: int, limit: int | None) 
     if skip and skip >= len(prompts):
         raise ValueError(f"skip {skip} leaves nothing: there are only {len(prompts)} prompts")
     return list(prompts[skip : None if limit is None else skip + limit])
+
+
+def plan_batches(
+    prompts: Sequence[SynthPrompt], batch_size: int, sort_batches: int
+) -> list[list[SynthPrompt]]:
+    """The batches in the order they run: each group of sort_batches · batch_size consecutive prompts
+    sorted by prompt length (ties keep their order), then cut into batches; sort_batches 0 = as given."""
+    ordered = list(prompts)
+    if sort_batches:
+        group = sort_batches * batch_size
+        ordered = [
+            p
+            for start in range(0, len(ordered), group)
+            for p in sorted(ordered[start : start + group], key=lambda p: len(p.prompt_ids))
+        ]
+    return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
 
 
 def generation_config(config: SynthConfig, stop_ids: Sequence[int], pad_id: int) -> GenerationConfig:
@@ -218,13 +258,14 @@ def run_synth(
 ) -> int:
     """Answer every prompt not yet in `out`, appending one batch at a time; return rows written now."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    check_meta(out, {**asdict(config), **(meta or {})})
+    check_meta(out, {**config.record(), **(meta or {})})
     done = done_ids(out)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gen_config = generation_config(config, sorted(stop_ids), pad_id)
-    batches = [prompts[i : i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
+    batches = plan_batches(prompts, config.batch_size, config.sort_batches)
     pending = [b for b in batches if any(p.id not in done for p in b)]
-    written = 0
+    written = tokens = 0
+    started = time.perf_counter()
     bar = tqdm(
         total=len(prompts),
         initial=len(prompts) - sum(len(b) for b in pending),
@@ -245,8 +286,19 @@ def run_synth(
             sink.flush()
             os.fsync(sink.fileno())
             written += len(rows)
+            tokens += sum(len(r["response_ids"]) for r in rows)
             bar.update(len(batch))
+            bar.set_postfix_str(_rate(written, tokens, time.perf_counter() - started), refresh=False)
+    if written:
+        log.info(
+            "synth: %d answers, %s → %s", written, _rate(written, tokens, time.perf_counter() - started), out
+        )
     return written
+
+
+def _rate(answers: int, tokens: int, seconds: float) -> str:
+    seconds = max(seconds, 1e-9)
+    return f"{answers / seconds * 3600:.0f} answers/h, {tokens / seconds:.0f} tok/s"
 
 
 def _row(

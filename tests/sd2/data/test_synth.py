@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sd2.data.records import Conversation, Provenance
-from sd2.data.synth import SynthConfig, done_ids, generation_config, run_synth, synth_prompts
+from sd2.data.synth import SynthConfig, done_ids, generation_config, plan_batches, run_synth, synth_prompts
 from tests.tiny import tiny_llama, tiny_tokenizer
 
 PROV = Provenance("t", "t", "0", "f")
@@ -177,3 +177,59 @@ def test_several_samples_per_prompt_get_their_own_ids_and_draws(pair, tmp_path):
     assert len(set(answers)) == 3  # one prompt, three different T = 1 samples
     with pytest.raises(ValueError, match="samples"):
         synth_prompts(convs, tokenizer, max_prompt_tokens=256, samples=0)
+
+
+def test_batches_are_cut_from_length_sorted_groups(pair):
+    _, tokenizer = pair
+    convs = [
+        Conversation(f"c{i}", ({"role": "user", "content": "word " * n},), PROV)
+        for i, n in enumerate([9, 1, 5, 1, 7, 3, 2])
+    ]
+    todo = synth_prompts(convs, tokenizer, max_prompt_tokens=256)
+    ids = [[p.id for p in b] for b in plan_batches(todo, batch_size=2, sort_batches=2)]
+    # groups of 4 prompts sorted by length (ties in order), then cut into batches of 2
+    assert ids == [["c1", "c3"], ["c2", "c0"], ["c6", "c5"], ["c4"]]
+    assert [[p.id for p in b] for b in plan_batches(todo, 2, 0)] == [
+        ["c0", "c1"],
+        ["c2", "c3"],
+        ["c4", "c5"],
+        ["c6"],
+    ]
+
+
+def test_sorted_runs_resume_and_older_unsorted_files_resume_with_sorting_off(pair, tmp_path):
+    model, tokenizer = pair
+    convs = [
+        Conversation(f"c{i}", ({"role": "user", "content": "tell " * n},), PROV)
+        for i, n in enumerate([6, 1, 4])
+    ]
+    todo = synth_prompts(convs, tokenizer, max_prompt_tokens=256)
+    sorted_config = SynthConfig(max_new_tokens=5, batch_size=2, sort_batches=4)
+    out = tmp_path / "sorted.jsonl"
+    run_synth(model, tokenizer, todo, out, sorted_config, STOP, max_batches=1, progress=False)
+    assert [r["id"] for r in rows(out)] == ["c1", "c2"]  # shortest first
+    run_synth(model, tokenizer, todo, out, sorted_config, STOP, progress=False)
+    full = tmp_path / "sorted-full.jsonl"
+    run_synth(model, tokenizer, todo, full, sorted_config, STOP, progress=False)
+    assert rows(full) == rows(out)
+    with pytest.raises(ValueError, match="sort_batches"):
+        run_synth(
+            model, tokenizer, todo, out, SynthConfig(5, batch_size=2, sort_batches=0), STOP, progress=False
+        )
+
+    older = tmp_path / "older.jsonl"  # written before sort_batches existed: its meta lacks the field
+    unsorted = SynthConfig(max_new_tokens=5, batch_size=2, sort_batches=0)
+    run_synth(model, tokenizer, todo, older, unsorted, STOP, max_batches=1, progress=False)
+    assert "sort_batches" not in json.loads((tmp_path / "older.jsonl.meta.json").read_text())
+    assert run_synth(model, tokenizer, todo, older, unsorted, STOP, progress=False) == 1
+
+
+def test_bad_synth_settings_are_refused_by_name():
+    for field, value in (
+        ("batch_size", 0),
+        ("sort_batches", -1),
+        ("max_new_tokens", 0),
+        ("temperature", -1.0),
+    ):
+        with pytest.raises(ValueError, match=field):
+            SynthConfig(**{field: value})
