@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from sd2.config import DecodeConfig
 from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
 from sd2.draft_vocab import ReducedHead
+from sd2.kv_cache import rollback_cache
 from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
 from sd2.steering import SteeringHead, captured_states, stack_features, steered
 from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
@@ -108,7 +109,7 @@ def verifier_decode(
     """Plain autoregressive decoding of the verifier with its KV cache (the baseline, τ = 1)."""
     device = verifier.get_input_embeddings().weight.device
     picker = _Picker(config, make_generator(config.seed, device))
-    cache = DynamicCache(config=verifier.config)
+    cache = rollback_cache(verifier)
     inputs, kind = list(prompt_ids), BlockKind.PREFILL
     for index in range(config.max_new_tokens):
         start = time.perf_counter()
@@ -152,8 +153,8 @@ class SpeculativeDecoder:
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
         self.picker = _Picker(config, make_generator(config.seed, device))
-        self.verifier_cache = DynamicCache(config=verifier.config)
-        self.drafter_cache = DynamicCache(config=drafter.config)
+        self.verifier_cache = rollback_cache(verifier)
+        self.drafter_cache = rollback_cache(drafter)
         self.tokens: list[int] = []  # committed ids, prompt included
         self.biases: dict[int, torch.Tensor] = {}  # drafter layer → [2, F]: rows (previous, current) anchor
         self.steering_norm: float | None = None
@@ -299,9 +300,8 @@ class SpeculativeDecoder:
         committed = len(self.tokens) + verdict.n_accepted  # cache length once x_m and n drafts are kept
         self.tokens += [*draft_tokens[: verdict.n_accepted].tolist(), verdict.extra_token]
         for cache in (self.verifier_cache, self.drafter_cache):
-            surplus = cache.get_seq_length() - committed
-            if surplus > 0:
-                cache.crop(-surplus)
+            surplus = cache.get_seq_length() - committed  # < 0: the drafter has tokens pending
+            cache.crop(-max(surplus, 0))  # also at 0: sliding-window layers trim back to their window
 
     def _steer(self, anchor_features: torch.Tensor) -> None:
         """Bias rows for the next block: (previous anchor, new anchor) per steered drafter layer.

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
 from sd2.config import AUTO_MAX_K
+from sd2.kv_cache import rollback_cache
 from sd2.metrics import expected_block_tokens
 from sd2.trace import DraftStop
 
@@ -109,7 +109,7 @@ def _forward_ms(model: nn.Module, context: int, width: int, repeats: int, head=N
     position, as a verify computes them (of the one position for width 1; through `head` on the
     decoder's last state when given, as a reduced-vocabulary draft step does)."""
     device = model.get_input_embeddings().weight.device
-    cache = DynamicCache(config=model.config)
+    cache = rollback_cache(model)
     ids = torch.arange(context + width, device=device)[None] % model.config.vocab_size  # [1, C + W]
     model(input_ids=ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
 

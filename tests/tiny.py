@@ -6,7 +6,13 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -67,6 +73,28 @@ def tiny_llama(
         tie_word_embeddings=False,  # tied random weights just copy the input token
     )
     return LlamaForCausalLM(config).eval()
+
+
+def tiny_mistral(
+    hidden: int = 64, layers: int = 2, seed: int = 0, sliding_window: int = 8
+) -> MistralForCausalLM:
+    """A random Mistral with a (tiny) sliding attention window, in eval mode (fp32)."""
+    torch.manual_seed(seed)
+    config = MistralConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        sliding_window=sliding_window,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+    )
+    return MistralForCausalLM(config).eval()
 
 
 def save_tiny_pair(root: Path) -> tuple[Path, Path]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
 from sd2.bench.measure import synchronize
+from sd2.kv_cache import rollback_cache
 from sd2.metrics import forward_ceiling
 
 
@@ -55,7 +55,7 @@ class ForwardTimes:
 def time_forward(model: nn.Module, prompt_ids: Sequence[int], n_tokens: int, repeats: int) -> list[float]:
     """Times (ms) of `repeats` cached forwards of n_tokens tokens after a prompt prefill (one warm-up)."""
     device = model.get_input_embeddings().weight.device
-    cache = DynamicCache(config=model.config)
+    cache = rollback_cache(model)
     model(
         input_ids=torch.tensor([list(prompt_ids)], device=device),
         cache=cache,

@@ -14,7 +14,7 @@ from sd2.metrics import summarize
 from sd2.sampling import Verdict
 from sd2.steering import new_head_for
 from sd2.trace import DraftStop, TokenStatus
-from tests.tiny import tiny_llama
+from tests.tiny import tiny_llama, tiny_mistral
 
 PROMPT = [1, 40, 17, 99, 3, 250]
 NO_STOP = frozenset()
@@ -268,3 +268,25 @@ def test_greedy_output_is_identical_with_a_reduced_draft_vocabulary(verifier, dr
         config = DecodeConfig(k=4, max_new_tokens=40)
         decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_head=draft_head)
         assert _ids(decoder.run(PROMPT)) == expected
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_a_sliding_window_pair_rolls_back_past_its_window_and_stays_exact(k):
+    """Mistral-style sliding-window caches refuse to crop once their window is full, unless they record
+    the past (sd2.kv_cache); the output must still be the verifier's own, and HF's."""
+    verifier, drafter = tiny_mistral(64, 2, seed=0), tiny_mistral(32, 1, seed=1)
+    window = verifier.config.sliding_window
+    prompt = [1, 40, 17, 99, 3, 250, 7, 8, 9, 10, 11, 12]  # longer than the window from the start
+    config = DecodeConfig(k=k, temperature=0.0, max_new_tokens=40)
+    expected = _ids(verifier_decode(verifier, prompt, config, NO_STOP))
+    hf = verifier.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=40, pad_token_id=2, eos_token_id=None
+    )[0, len(prompt) :].tolist()
+    assert expected == hf
+    for drafter_model in (drafter, verifier):  # rejections at every length; all-accepted blocks
+        decoder = SpeculativeDecoder(verifier, drafter_model, None, config, NO_STOP)
+        assert _ids(decoder.run(prompt)) == expected
+        for layer in decoder.verifier_cache.layers:  # trimmed back to the window after every block
+            assert layer.keys.shape[-2] <= window - 1
+    sampled = DecodeConfig(k=k, temperature=1.0, max_new_tokens=40, seed=3)
+    assert len(_ids(SpeculativeDecoder(verifier, drafter, None, sampled, NO_STOP).run(prompt))) == 40
