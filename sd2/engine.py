@@ -281,6 +281,26 @@ class Engine:
         over byte-level tokens shows as U+FFFD until its last byte comes)."""
         return display_text(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
 
+    def warm_up(self, max_new_tokens: int = 4) -> dict[str, float]:
+        """Measure k = auto's cost profile for every speculative method and run one short greedy
+        generation per method, so the first real request meets measured costs and warm kernels (the
+        first calls of a shape are slow; on a GPU, kernel selection and the CUDA context). Returns
+        the seconds each method took."""
+        seconds = {}
+        for method in self.methods():
+            start = time.perf_counter()
+            if method != VERIFIER_METHOD:
+                self.cost_profile(method)
+            decode = DecodeConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+            self.generate(GenerateRequest(prompt="Hello", method=method, decode=decode))
+            seconds[method] = time.perf_counter() - start
+        return seconds
+
+    @property
+    def measured_cost_profiles(self) -> tuple[str, ...]:
+        """The methods whose cost profile has been measured (on first use, or by `warm_up`)."""
+        return tuple(self._costs)
+
     def cost_profile(self, method: str) -> CostProfile:
         """The measured cost profile k = auto uses for a speculative method (sd2.draft_length), timed on
         first use — a few seconds on a CPU, once per engine for the verifier and once per drafter."""

@@ -100,6 +100,13 @@ def _start(
             dtype=settings.dtype,
             home=settings.home,
         )
+    if settings.warm_up:
+        seconds = engine.warm_up()
+        log.info(
+            "warmed up in %.1f s (%s)",
+            sum(seconds.values()),
+            ", ".join(f"{method} {s:.1f} s" for method, s in seconds.items()),
+        )
     for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
         log.warning("swept %s, left by a checkpoint save that did not finish", path)
     host = ModelHost(engine, threading.Lock(), settings.time_budget_s, metrics)

@@ -65,6 +65,9 @@ class Settings:
     # block with finish_reason "time" (0: no budget). A 1024-token verifier run on the embedded pair
     # takes ≈ 50 s on 2 CPU cores; a minute keeps one request from holding the lab for longer.
     generation_time_budget_s: float = 60.0
+    # Before serving, measure k = auto's cost profile for every loaded drafter and run one 4-token
+    # generation per method (Engine.warm_up: seconds on a CPU), so the first request is not the slow one.
+    warm_up: bool = True
 
     @property
     def time_budget_s(self) -> float | None:
@@ -104,7 +107,21 @@ class Settings:
             allowed_hosts=_names(env.get("SD2_ALLOWED_HOSTS", "")),
             cors_origins=_names(env.get("SD2_CORS_ORIGINS", "")),
             job_lease_s=float(env.get("SD2_JOB_LEASE_S", cls.job_lease_s)),
+            warm_up=_flag(env, "SD2_WARM_UP", cls.warm_up),
         )
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A boolean variable: 1/true/yes/on or 0/false/no/off (any case); unset or empty → default."""
+    value = env.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"{name} must be one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}, got {env[name]!r}")
+    return value in _TRUE
 
 
 def _names(value: str) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ def settings(tmp_path: Path, tiny_pair_dir) -> Settings:
         max_new_tokens=256,
         max_body_bytes=20_000,
         max_prompt_chars=5_000,
+        warm_up=False,  # half a second per app on the tiny pair; tests/service/test_warm_up.py covers it
     )
 
 
