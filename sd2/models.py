@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
@@ -44,7 +45,33 @@ def load_causal_lm(name_or_path: str, placement: Placement) -> nn.Module:
     except OSError as err:
         raise FileNotFoundError(f"cannot load a model from {name_or_path!r}: {err}") from err
     decoder_layers(model)  # refuse unsupported families early, with a clear error
+    if placement.device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(placement.device)
+        check_fits(name_or_path, model_bytes(model), free, total, placement)
     return model.to(placement.device).eval()
+
+
+def model_bytes(model: nn.Module) -> int:
+    """Bytes of a model's parameters and buffers as loaded (its dtype)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+FIT_MARGIN = 0.9  # weights may take this share of a device's free memory; the rest is KV cache and work
+
+
+def check_fits(name: str, needed: int, free: int, total: int, placement: Placement) -> None:
+    """Refuse a model whose weights would not leave room on its one device: sd2 places each model on a
+    single device (no device_map sharding a verifier over several GPUs)."""
+    if needed <= FIT_MARGIN * free:
+        return
+    gib = 2**30
+    raise ValueError(
+        f"{name} needs {needed / gib:.1f} GiB for its weights in {placement.precision}, but "
+        f"{placement.device} has {free / gib:.1f} GiB free of {total / gib:.1f} GiB: sd2 runs each model "
+        "on one device (it does not shard a model over several GPUs); pick a smaller model, "
+        "--dtype bf16, or a GPU with more memory"
+    )
 
 
 def file_sha256(path: Path) -> str:

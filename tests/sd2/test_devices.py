@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sd2.cli import main
-from sd2.devices import cpu_has_native_bf16, default_placement, resolve_dtype
+from sd2.devices import Placement, cpu_has_native_bf16, default_placement, resolve_dtype
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -68,3 +68,21 @@ def test_a_bad_environment_dtype_is_a_clear_cli_error(monkeypatch, capsys):
     monkeypatch.setenv("SD2_DTYPE", "half")
     assert main(["generate", "--prompt", "hi", "--max-new-tokens", "1"]) == 2
     assert "--dtype must be one of auto, bf16, fp32 (or $SD2_DTYPE), got 'half'" in capsys.readouterr().err
+
+
+def test_a_model_too_large_for_its_one_device_is_refused_with_the_sizes():
+    from sd2.models import check_fits, model_bytes
+    from tests.tiny import tiny_llama
+
+    model = tiny_llama()
+    assert model_bytes(model) == 4 * sum(p.numel() for p in model.parameters()) + sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
+    gpu = Placement(torch.device("cuda", 0), torch.bfloat16)
+    gib = 2**30
+    check_fits("small", 8 * gib, free=10 * gib, total=80 * gib, placement=gpu)  # fits: nothing raised
+    with pytest.raises(ValueError) as refused:
+        check_fits("Qwen/Qwen3-8B", 16 * gib, free=15 * gib, total=24 * gib, placement=gpu)
+    message = str(refused.value)
+    assert "Qwen/Qwen3-8B needs 16.0 GiB for its weights in bf16" in message
+    assert "cuda:0 has 15.0 GiB free of 24.0 GiB" in message and "one device" in message
