@@ -52,8 +52,8 @@ def main() -> None:
 
     defaults = SynthConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
     settings = {
-        "before": ("fp32", replace(defaults, batch_size=32, sort_batches=0)),
-        "bf16": ("bf16", replace(defaults, batch_size=32, sort_batches=0)),
+        "before": ("fp32", replace(defaults, batch_size=32, sort_batches=0, max_batch_tokens=0)),
+        "bf16": ("bf16", replace(defaults, batch_size=32, sort_batches=0, max_batch_tokens=0)),
         "after": ("bf16", defaults),
     }
     engines = {
@@ -89,8 +89,7 @@ def main() -> None:
                 tally.answers += len(lengths)
                 tally.tokens += sum(lengths.values())
                 tally.row_steps += sum(
-                    len(batch) * max(lengths[p.id] for p in batch)
-                    for batch in plan_batches(chunk, config.batch_size, config.sort_batches)
+                    len(batch) * max(lengths[p.id] for p in batch) for batch in plan_batches(chunk, config)
                 )
                 print(f"chunk {c + 1}/{args.chunks} {name}: {tally.seconds:.0f} s so far", flush=True)
 

@@ -124,6 +124,13 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
         "0 = batch the prompts as given (files written before this option)",
     )
     p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=d.max_batch_tokens,
+        help="at most this many rows × (longest prompt + max new tokens) per batch, so long prompts run "
+        "in fewer rows (0 = no limit, as files written before this option)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -190,6 +197,7 @@ def synth_main(args: argparse.Namespace) -> int:
         args.seed,
         args.max_prompt_tokens,
         args.sort_batches,
+        args.max_batch_tokens,
     )
     engine = Engine.load(args.verifier, device=args.device, shipped=False, dtype=args.dtype)
     prompts = synth_prompts(

@@ -45,23 +45,25 @@ class SynthConfig:
     sort_batches: int = (
         16  # batches cut from groups of this many · batch_size length-sorted prompts; 0 = as given
     )
+    # At most this many rows × (longest prompt + max_new_tokens) tokens per batch (0: no limit), so long
+    # prompts (`--turns all` contexts) run in fewer rows instead of running out of memory.
+    max_batch_tokens: int = 128 * 512
 
     def __post_init__(self):
         for name in ("max_new_tokens", "batch_size", "max_prompt_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
-        if self.temperature < 0 or self.sort_batches < 0:
-            raise ValueError(
-                f"temperature and sort_batches must be ≥ 0, got {self.temperature}, {self.sort_batches}"
-            )
+        for name in ("temperature", "sort_batches", "max_batch_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
 
     def record(self) -> dict:
-        """The settings written beside the output; `sort_batches` only when on, so that files from
-        before it existed (prompts batched as given) still resume with `sort_batches=0`."""
-        settings = asdict(self)
-        if not self.sort_batches:
-            del settings["sort_batches"]
-        return settings
+        """The settings written beside the output. Fields added later are left out when off (0), so
+        files from before they existed still resume with them set to 0."""
+        return {k: v for k, v in asdict(self).items() if not (k in _ADDED_LATER and v == 0)}
+
+
+_ADDED_LATER = ("sort_batches", "max_batch_tokens")
 
 
 @dataclass(frozen=True)
@@ -141,20 +143,31 @@ def prompt_window(prompts: Sequence[SynthPrompt], skip: int, limit: int | None) 
     return list(prompts[skip : None if limit is None else skip + limit])
 
 
-def plan_batches(
-    prompts: Sequence[SynthPrompt], batch_size: int, sort_batches: int
-) -> list[list[SynthPrompt]]:
+def plan_batches(prompts: Sequence[SynthPrompt], config: SynthConfig) -> list[list[SynthPrompt]]:
     """The batches in the order they run: each group of sort_batches · batch_size consecutive prompts
-    sorted by prompt length (ties keep their order), then cut into batches; sort_batches 0 = as given."""
+    sorted by prompt length (ties keep their order; sort_batches 0 = as given), then cut into batches
+    of at most batch_size rows and max_batch_tokens tokens (a prompt too long for it runs alone)."""
     ordered = list(prompts)
-    if sort_batches:
-        group = sort_batches * batch_size
+    if config.sort_batches:
+        group = config.sort_batches * config.batch_size
         ordered = [
             p
             for start in range(0, len(ordered), group)
             for p in sorted(ordered[start : start + group], key=lambda p: len(p.prompt_ids))
         ]
-    return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+    batches, batch, width = [], [], 0
+    for prompt in ordered:
+        wider = max(width, len(prompt.prompt_ids))
+        tokens = (len(batch) + 1) * (wider + config.max_new_tokens)
+        full = len(batch) == config.batch_size or (
+            config.max_batch_tokens and tokens > config.max_batch_tokens
+        )
+        if batch and full:
+            batches.append(batch)
+            batch, wider = [], len(prompt.prompt_ids)
+        batch.append(prompt)
+        width = wider
+    return batches + ([batch] if batch else [])
 
 
 def generation_config(config: SynthConfig, stop_ids: Sequence[int], pad_id: int) -> GenerationConfig:
@@ -262,7 +275,7 @@ def run_synth(
     done = done_ids(out)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gen_config = generation_config(config, sorted(stop_ids), pad_id)
-    batches = plan_batches(prompts, config.batch_size, config.sort_batches)
+    batches = plan_batches(prompts, config)
     pending = [b for b in batches if any(p.id not in done for p in b)]
     written = tokens = 0
     started = time.perf_counter()

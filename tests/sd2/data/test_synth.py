@@ -186,10 +186,10 @@ def test_batches_are_cut_from_length_sorted_groups(pair):
         for i, n in enumerate([9, 1, 5, 1, 7, 3, 2])
     ]
     todo = synth_prompts(convs, tokenizer, max_prompt_tokens=256)
-    ids = [[p.id for p in b] for b in plan_batches(todo, batch_size=2, sort_batches=2)]
+    ids = [[p.id for p in b] for b in plan_batches(todo, SynthConfig(batch_size=2, sort_batches=2))]
     # groups of 4 prompts sorted by length (ties in order), then cut into batches of 2
     assert ids == [["c1", "c3"], ["c2", "c0"], ["c6", "c5"], ["c4"]]
-    assert [[p.id for p in b] for b in plan_batches(todo, 2, 0)] == [
+    assert [[p.id for p in b] for b in plan_batches(todo, SynthConfig(batch_size=2, sort_batches=0))] == [
         ["c0", "c1"],
         ["c2", "c3"],
         ["c4", "c5"],
@@ -217,10 +217,13 @@ def test_sorted_runs_resume_and_older_unsorted_files_resume_with_sorting_off(pai
             model, tokenizer, todo, out, SynthConfig(5, batch_size=2, sort_batches=0), STOP, progress=False
         )
 
-    older = tmp_path / "older.jsonl"  # written before sort_batches existed: its meta lacks the field
-    unsorted = SynthConfig(max_new_tokens=5, batch_size=2, sort_batches=0)
+    older = tmp_path / "older.jsonl"  # written before these fields existed: its meta lacks them
+    unsorted = SynthConfig(max_new_tokens=5, batch_size=2, sort_batches=0, max_batch_tokens=0)
     run_synth(model, tokenizer, todo, older, unsorted, STOP, max_batches=1, progress=False)
-    assert "sort_batches" not in json.loads((tmp_path / "older.jsonl.meta.json").read_text())
+    assert (
+        not {"sort_batches", "max_batch_tokens"}
+        & json.loads((tmp_path / "older.jsonl.meta.json").read_text()).keys()
+    )
     assert run_synth(model, tokenizer, todo, older, unsorted, STOP, progress=False) == 1
 
 
@@ -233,3 +236,19 @@ def test_bad_synth_settings_are_refused_by_name():
     ):
         with pytest.raises(ValueError, match=field):
             SynthConfig(**{field: value})
+
+
+def test_a_token_budget_gives_long_prompts_fewer_rows(pair):
+    _, tokenizer = pair
+    convs = [
+        Conversation(f"c{i}", ({"role": "user", "content": "word " * n},), PROV)
+        for i, n in enumerate([1, 1, 1, 60, 60, 1])
+    ]
+    todo = synth_prompts(convs, tokenizer, max_prompt_tokens=256)
+    short, long = len(todo[0].prompt_ids), len(todo[3].prompt_ids)
+    config = SynthConfig(max_new_tokens=10, batch_size=3, sort_batches=0, max_batch_tokens=2 * (long + 10))
+    assert 3 * (short + 10) <= config.max_batch_tokens < 3 * (long + 10)
+    ids = [[p.id for p in b] for b in plan_batches(todo, config)]
+    assert ids == [["c0", "c1", "c2"], ["c3", "c4"], ["c5"]]  # the long pair may not take a third row
+    alone = SynthConfig(max_new_tokens=10, batch_size=3, sort_batches=0, max_batch_tokens=1)
+    assert [len(b) for b in plan_batches(todo, alone)] == [1] * 6  # over budget on its own: runs alone
