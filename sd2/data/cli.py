@@ -199,7 +199,11 @@ def synth_main(args: argparse.Namespace) -> int:
         args.sort_batches,
         args.max_batch_tokens,
     )
-    engine = Engine.load(args.verifier, device=args.device, shipped=False, dtype=args.dtype)
+    # transformers' own kernels: the batch-invariant ones matter for speculative decoding only, and cost
+    # batched generate ≈ 1.3× at 128 rows (benchmarks/synth_rate.py)
+    engine = Engine.load(
+        args.verifier, device=args.device, shipped=False, dtype=args.dtype, batch_invariant=False
+    )
     prompts = synth_prompts(
         _training_pool(args.source, args.split),
         engine.tokenizer,
