@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from sd2.data.cli import _training_pool
+from sd2.data.cli import training_pool
 from sd2.data.synth import SynthConfig, plan_batches, run_synth, synth_prompts
 from sd2.engine import Engine
 
@@ -61,7 +61,7 @@ def main() -> None:
         for dtype in ("fp32", "bf16")
     }
     tokenizer = engines["fp32"].tokenizer
-    prompts = synth_prompts(_training_pool("sharegpt", "train"), tokenizer, defaults.max_prompt_tokens)
+    prompts = synth_prompts(training_pool("sharegpt", "train"), tokenizer, defaults.max_prompt_tokens)
     prompts = prompts[: args.prompts]
     size = -(-len(prompts) // args.chunks)
     tallies = {name: Tally() for name in settings}

@@ -205,7 +205,7 @@ def synth_main(args: argparse.Namespace) -> int:
         args.verifier, device=args.device, shipped=False, dtype=args.dtype, batch_invariant=False
     )
     prompts = synth_prompts(
-        _training_pool(args.source, args.split),
+        training_pool(args.source, args.split),
         engine.tokenizer,
         config.max_prompt_tokens,
         turns=args.turns,
@@ -218,12 +218,14 @@ def synth_main(args: argparse.Namespace) -> int:
     )
     name = f"{verifier}-{args.source}-{args.split}{variant}-T{config.temperature:g}-s{config.seed}"
     out = args.out or sd2_home() / "data" / "synth" / f"{name}.jsonl"
-    meta = {"verifier": engine.verifier_name, "source": args.source, "split": args.split}
-    # recorded only when not the default, so files written before these options existed still resume
-    meta |= {"turns": args.turns} if args.turns != "first" else {}
-    meta |= {"samples": args.samples} if args.samples > 1 else {}
-    precision = engine.placement.precision  # answers of one file come from one precision
-    meta |= {"precision": precision} if precision != "fp32" else {}  # every file before --dtype was fp32
+    meta = {
+        "verifier": engine.verifier_name,
+        "source": args.source,
+        "split": args.split,
+        "turns": args.turns,
+        "samples": args.samples,
+        "precision": engine.placement.precision,  # answers of one file come from one precision
+    }
     written = run_synth(
         engine.verifier,
         engine.tokenizer,
@@ -239,7 +241,8 @@ def synth_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _training_pool(source: str, split: str):
+def training_pool(source: str, split: str):
+    """The conversations of a corpus's train or validation split (never test), as synth reads them."""
     from sd2.data.pydocs import EXPLAIN_TEMPLATE, SUMMARIZE_TEMPLATE, docs_paragraphs
     from sd2.data.sharegpt import sharegpt_conversations
     from sd2.data.split import default_split, select, train_only

@@ -57,13 +57,21 @@ class SynthConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
 
-    def record(self) -> dict:
-        """The settings written beside the output. Fields added later are left out when off (0), so
-        files from before they existed still resume with them set to 0."""
-        return {k: v for k, v in asdict(self).items() if not (k in _ADDED_LATER and v == 0)}
+
+# Settings added after files were first written, with the value those older files implied: recorded
+# only when they differ from it, so an older file still resumes when they are set that way.
+IMPLIED_BY_OLDER_FILES = {
+    "sort_batches": 0,
+    "max_batch_tokens": 0,
+    "turns": "first",
+    "samples": 1,
+    "precision": "fp32",
+}
 
 
-_ADDED_LATER = ("sort_batches", "max_batch_tokens")
+def recorded_settings(settings: dict) -> dict:
+    """The settings written beside an output: `settings` less those an older file implies."""
+    return {k: v for k, v in settings.items() if IMPLIED_BY_OLDER_FILES.get(k, object()) != v}
 
 
 @dataclass(frozen=True)
@@ -271,7 +279,7 @@ def run_synth(
 ) -> int:
     """Answer every prompt not yet in `out`, appending one batch at a time; return rows written now."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    check_meta(out, {**config.record(), **(meta or {})})
+    check_meta(out, recorded_settings({**asdict(config), **(meta or {})}))
     done = done_ids(out)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gen_config = generation_config(config, sorted(stop_ids), pad_id)
