@@ -1,5 +1,5 @@
 """Command-line pieces the commands share (argparse only: no torch import): the --device / --dtype
-flags of every model-loading command, and --drafter values."""
+flags of every model-loading command, --draft-step of the decoding ones, and --drafter values."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 DTYPE_CHOICES = ("auto", "bf16", "fp32")
 DTYPE_ENV = "SD2_DTYPE"
+DRAFT_STEP_CHOICES = ("auto", "eager", "compiled")  # resolved by sd2.draft_step.resolve_draft_step
+DRAFT_STEP_ENV = "SD2_DRAFT_STEP"
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
@@ -21,6 +23,17 @@ def add_placement_arguments(parser: argparse.ArgumentParser, device: bool = True
         choices=DTYPE_CHOICES,
         help=f"precision (default: ${DTYPE_ENV}, else auto = bf16 on CUDA and on CPUs with native bf16, "
         "fp32 elsewhere)",
+    )
+
+
+def add_draft_step_argument(parser: argparse.ArgumentParser) -> None:
+    """--draft-step: how the drafter's one-token step runs (sd2.draft_step)."""
+    parser.add_argument(
+        "--draft-step",
+        default=None,
+        choices=DRAFT_STEP_CHOICES,
+        help=f"the drafter's step (default: ${DRAFT_STEP_ENV}, else auto = compiled on CUDA: a static cache "
+        "and CUDA graphs through torch.compile; eager elsewhere)",
     )
 
 

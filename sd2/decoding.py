@@ -24,10 +24,11 @@ from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
 from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
+from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.draft_vocab import ReducedHead
 from sd2.kv_cache import rollback_cache
 from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
-from sd2.steering import SteeringHead, captured_states, stack_features, steered
+from sd2.steering import SteeringHead, captured_states, stack_features
 from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
 
@@ -53,13 +54,6 @@ def cached_forward(
     input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
     return out.logits[0]
-
-
-def hidden_forward(model: nn.Module, ids: Sequence[int], cache: DynamicCache) -> torch.Tensor:
-    """Cached forward of the decoder alone (no LM head). Returns the last position's state [D]."""
-    device = model.get_input_embeddings().weight.device
-    input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
-    return model.get_decoder()(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state[0, -1]
 
 
 class _Picker:
@@ -141,20 +135,25 @@ class SpeculativeDecoder:
         stop_ids: frozenset[int],
         draft_head: ReducedHead | None = None,
         costs: CostProfile | None = None,
+        draft_step: DraftStep | None = None,
     ):
         """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
         None drafts over the full vocabulary. `costs`: the pair's cost profile for k = auto
-        (sd2.draft_length); None measures it here when k = auto (seconds; the Engine keeps one per pair)."""
+        (sd2.draft_length); None measures it here when k = auto (seconds; the Engine keeps one per pair).
+        `draft_step`: how the drafter runs (sd2.draft_step), built on `drafter` and `draft_head`; None
+        runs it eagerly on a fresh dynamic cache."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.draft_head = draft_head
+        self.draft_step = draft_step or EagerDraftStep(drafter, draft_head)
         if config.auto_k and costs is None:
-            costs = measure_costs(verifier, drafter, draft_head, max_k=config.max_k)
+            costs = measure_costs(
+                verifier, drafter, draft_head, max_k=config.max_k, draft_step=self.draft_step
+            )
         self.costs, self.acceptance = costs, AcceptanceEstimate()
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
         self.picker = _Picker(config, make_generator(config.seed, device))
         self.verifier_cache = rollback_cache(verifier)
-        self.drafter_cache = rollback_cache(drafter)
         self.tokens: list[int] = []  # committed ids, prompt included
         self.biases: dict[int, torch.Tensor] = {}  # drafter layer → [2, F]: rows (previous, current) anchor
         self.steering_norm: float | None = None
@@ -199,9 +198,8 @@ class SpeculativeDecoder:
             features = stack_features(states, self.head.config.verifier_layers)  # [1, T, n·D_v]
             self._steer(features[0, len(prompt_ids) - 1])
         steer_ms = _ms(start)
-        cached_forward(
-            self.drafter, prompt_ids, self.drafter_cache, last_only=True
-        )  # the prompt is never steered
+        room = self.config.max_new_tokens + self.config.max_k + 1
+        self.draft_step.start(prompt_ids, room)  # the prompt is never steered
         self.tokens = [*prompt_ids, token]
         p = float(self.picker.trace_probs(logits, probs)[token])
         extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
@@ -248,11 +246,11 @@ class SpeculativeDecoder:
         """Propose up to k tokens autoregressively, stopping after a draft whose drafter probability is
         ≤ the confidence threshold. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
         tokens, logit_rows, prob_rows = [], [], []
-        inputs = self.tokens[self.drafter_cache.get_seq_length() :]  # pending: 1 or 2 tokens
+        inputs = self.tokens[self.draft_step.length :]  # pending: 1 or 2 tokens
         threshold = self.config.draft_threshold
-        with steered(self.drafter, self.biases) if self.biases else nullcontext():
+        with self.draft_step.steering(self.biases):
             for step in range(k):
-                logits = self._drafter_logits(inputs)  # [V], or [N] with a reduced draft vocabulary
+                logits = self.draft_step.logits(inputs)  # [V], or [N] with a reduced draft vocabulary
                 token, probs = self.picker.pick(logits)
                 confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
                 if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
@@ -272,12 +270,6 @@ class SpeculativeDecoder:
             empty = torch.empty(0, self.verifier.config.vocab_size, device=device)
             return torch.empty(0, dtype=torch.long), empty, empty
         return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
-
-    def _drafter_logits(self, inputs: Sequence[int]) -> torch.Tensor:
-        """Logits of the drafter's next-token distribution: [V], or [N] over the reduced vocabulary."""
-        if self.draft_head is None:
-            return cached_forward(self.drafter, inputs, self.drafter_cache, last_only=True)[-1]
-        return self.draft_head(hidden_forward(self.drafter, inputs, self.drafter_cache))
 
     def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""
@@ -299,9 +291,10 @@ class SpeculativeDecoder:
         """Append the emitted tokens and crop both caches back to the committed prefix (minus its last)."""
         committed = len(self.tokens) + verdict.n_accepted  # cache length once x_m and n drafts are kept
         self.tokens += [*draft_tokens[: verdict.n_accepted].tolist(), verdict.extra_token]
-        for cache in (self.verifier_cache, self.drafter_cache):
-            surplus = cache.get_seq_length() - committed  # < 0: the drafter has tokens pending
-            cache.crop(-max(surplus, 0))  # also at 0: sliding-window layers trim back to their window
+        surplus = self.verifier_cache.get_seq_length() - committed
+        # crop also at 0: sliding-window layers trim back to their window
+        self.verifier_cache.crop(-max(surplus, 0))
+        self.draft_step.crop_to(committed)  # the drafter may be short of it: tokens pending
 
     def _steer(self, anchor_features: torch.Tensor) -> None:
         """Bias rows for the next block: (previous anchor, new anchor) per steered drafter layer.

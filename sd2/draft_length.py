@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from sd2.config import AUTO_MAX_K
+from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.kv_cache import rollback_cache
 from sd2.metrics import expected_block_tokens
 from sd2.trace import DraftStop
@@ -104,24 +105,16 @@ def _median_ms(run: Callable[[], object], repeats: int, device: torch.device) ->
     return statistics.median(times)
 
 
-def _forward_ms(model: nn.Module, context: int, width: int, repeats: int, head=None) -> float:
-    """Median time of a cached forward of `width` tokens after `context` tokens: the logits of every
-    position, as a verify computes them (of the one position for width 1; through `head` on the
-    decoder's last state when given, as a reduced-vocabulary draft step does)."""
+def _forward_ms(model: nn.Module, context: int, width: int, repeats: int) -> float:
+    """Median time of a cached forward of `width` tokens after `context` tokens, with the logits of
+    every position, as a verify computes them."""
     device = model.get_input_embeddings().weight.device
     cache = rollback_cache(model)
     ids = torch.arange(context + width, device=device)[None] % model.config.vocab_size  # [1, C + W]
     model(input_ids=ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
 
     def step() -> None:
-        if head is None:
-            model(input_ids=ids[:, context:], cache=cache, use_cache=True, logits_to_keep=0)
-        else:
-            head(
-                model.get_decoder()(
-                    input_ids=ids[:, context:], cache=cache, use_cache=True
-                ).last_hidden_state[0, -1]
-            )
+        model(input_ids=ids[:, context:], cache=cache, use_cache=True, logits_to_keep=0)
         cache.crop(-width)
 
     step()  # warm-up: first calls of a shape are slower
@@ -158,9 +151,25 @@ def measure_costs(
     verify: VerifyCosts | None = None,
     context: int = 64,
     repeats: int = 3,
+    draft_step: DraftStep | None = None,
 ) -> CostProfile:
     """The pair's cost profile from timed forwards (a few seconds on a CPU; `verify` reuses the verifier's
-    half when it was measured already). The drafter step is timed with its draft head when it has one."""
+    half when it was measured already). The drafter step is timed as decoding runs it: through
+    `draft_step` (sd2.draft_step; default eager), its draft head included when it has one."""
     verify = verify or measure_verify_costs(verifier, max_k, context, repeats)
-    drafter_ms = _forward_ms(drafter, context, 1, repeats, head=draft_head)
+    drafter_ms = _draft_step_ms(draft_step or EagerDraftStep(drafter, draft_head), drafter, context, repeats)
     return CostProfile(draft_cost=drafter_ms / verify.step_ms, verify_ratio=verify.ratio[: max_k + 1])
+
+
+def _draft_step_ms(step: DraftStep, drafter: nn.Module, context: int, repeats: int) -> float:
+    """Median time of one cached one-token draft step after `context` tokens (unsteered)."""
+    device = drafter.get_input_embeddings().weight.device
+    ids = [i % drafter.config.vocab_size for i in range(context + 1)]
+    step.start(ids[:context], room=1)
+
+    def one() -> None:
+        step.logits(ids[context:])
+        step.crop_to(context)
+
+    one()  # warm-up: first calls of a shape are slower (and a compiled step records its graph)
+    return _median_ms(one, repeats, device)
