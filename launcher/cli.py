@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from sd2.cli import add_library_commands, new_parser, run_command
-from sd2.cli_args import add_placement_arguments, parse_drafters
+from sd2.cli_args import add_draft_step_argument, add_placement_arguments, parse_drafters
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -23,11 +23,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="hub id or folder (default: $SD2_VERIFIER, else the embedded SmolLM2-135M-Instruct)",
     )
     add_placement_arguments(p)  # --device and --dtype, over $SD2_DEVICE and $SD2_DTYPE
+    add_draft_step_argument(p)  # over $SD2_DRAFT_STEP
 
     def run(args: argparse.Namespace) -> int:
         from launcher.serve import serve  # the web stack is imported only by this command
 
-        models = {"verifier": args.verifier, "device": args.device, "dtype": args.dtype}
+        models = {
+            "verifier": args.verifier,
+            "device": args.device,
+            "dtype": args.dtype,
+            "draft_step": args.draft_step,
+        }
         return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui, **models)
 
     p.set_defaults(func=run)

@@ -27,12 +27,15 @@ def serve(
     host: str | None, port: int | None, drafters: Mapping[str, str], ui: bool = True, **models: str | None
 ) -> int:
     """Run the API (and, unless `ui` is False, the browser UI at `/`) on one port. `models`: verifier,
-    device, dtype (see `service.settings.serve_settings`)."""
+    device, dtype, draft_step (see `service.settings.serve_settings`)."""
     import uvicorn
 
     from sd2.devices import default_placement
+    from sd2.draft_step import resolve_draft_step
 
     settings = serve_settings(host, port, drafters, **models)
-    default_placement(settings.device, settings.dtype)  # refuse an unusable device before binding a port
+    # refuse an unusable device or a bad --draft-step before binding a port
+    placement = default_placement(settings.device, settings.dtype)
+    resolve_draft_step(settings.draft_step, placement.device)
     uvicorn.run(build_app(settings, ui=ui), host=settings.host, port=settings.port, log_level="info")
     return 0

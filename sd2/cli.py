@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from sd2.cli_args import add_placement_arguments, parse_drafters
+from sd2.cli_args import add_draft_step_argument, add_placement_arguments, parse_drafters
 from sd2.config import DECODE_DEFAULTS, parse_k
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -52,6 +52,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--raw", action="store_true", help="send the prompt as plain text, without the chat template"
     )
     add_placement_arguments(p)
+    add_draft_step_argument(p)
     p.add_argument(
         "--stock-kernels",
         action="store_true",
@@ -84,6 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         batch_invariant=not args.stock_kernels,
+        draft_step=args.draft_step,
     )
     method = args.method or next(iter(engine.drafter_names()), "verifier")  # sd2 first when it ships
     request = GenerateRequest(

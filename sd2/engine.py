@@ -16,6 +16,7 @@ from sd2.config import AUTO_MAX_K, DecodeConfig
 from sd2.decoding import Decoder, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs, measure_verify_costs
+from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.draft_vocab import ReducedHead
 from sd2.errors import InvalidValue
 from sd2.invariant import is_batch_invariant, make_batch_invariant
@@ -131,10 +132,16 @@ class Engine:
         drafters: Mapping[str, Drafter],
         placement: Placement,
         verifier_name: str = "",
+        draft_step: str = "eager",
     ):
         """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
-        speculative output to equal the verifier's own bit for bit."""
+        speculative output to equal the verifier's own bit for bit. `draft_step`: "eager" or "compiled"
+        (sd2.draft_step), how drafters run."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
+        self.draft_step_kind = draft_step
+        self._compiled_steps: dict[
+            str, CompiledDraftStep
+        ] = {}  # method → its drafter's step, reused per request
         self.drafters = dict(drafters)
         self.verifier_name = verifier_name
         self.stop_ids = stop_token_ids(verifier, tokenizer)
@@ -153,6 +160,7 @@ class Engine:
         batch_invariant: bool = True,
         draft_vocab: bool = True,
         home: Path | None = None,
+        draft_step: str | None = None,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
@@ -163,8 +171,10 @@ class Engine:
         exactness needs (sd2.invariant); False keeps transformers' kernels (faster, not exact).
         `draft_vocab` (the default) drafts over each drafter's reduced vocabulary when it ships one.
         `home` holds the converted embedded verifier (default `sd2.paths.sd2_home()`).
+        `draft_step` is auto, eager, compiled (None: $SD2_DRAFT_STEP, else auto = compiled on CUDA).
         """
         placement = default_placement(device, dtype)
+        step_kind = resolve_draft_step(draft_step, placement.device)
         path = resolve_model_path(verifier, home)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
         if batch_invariant:
@@ -177,7 +187,8 @@ class Engine:
             name: load_drafter(name, drafter_path, placement, model, tokenizer, draft_vocab=draft_vocab)
             for name, drafter_path in wanted.items()
         }
-        return cls(model, tokenizer, loaded, placement, verifier_name=verifier or "SmolLM2-135M-Instruct")
+        name = verifier or "SmolLM2-135M-Instruct"
+        return cls(model, tokenizer, loaded, placement, verifier_name=name, draft_step=step_kind)
 
     @property
     def batch_invariant(self) -> bool:
@@ -309,7 +320,12 @@ class Engine:
             if self._verify_costs is None:
                 self._verify_costs = measure_verify_costs(self.verifier, AUTO_MAX_K)
             self._costs[method] = measure_costs(
-                self.verifier, drafter_model, draft_head, AUTO_MAX_K, verify=self._verify_costs
+                self.verifier,
+                drafter_model,
+                draft_head,
+                AUTO_MAX_K,
+                verify=self._verify_costs,
+                draft_step=self._draft_step(method),
             )
         return self._costs[method]
 
@@ -334,8 +350,25 @@ class Engine:
             head = drafter.head if prepared.steered else None
         costs = self.cost_profile(method) if config.auto_k else None
         return SpeculativeDecoder(
-            self.verifier, drafter_model, head, config, self.stop_ids, draft_head=draft_head, costs=costs
+            self.verifier,
+            drafter_model,
+            head,
+            config,
+            self.stop_ids,
+            draft_head=draft_head,
+            costs=costs,
+            draft_step=self._draft_step(method),
         )
+
+    def _draft_step(self, method: str) -> CompiledDraftStep | None:
+        """The method's kept compiled step (built on first use), or None: an eager step per request. The
+        verifier drafting for itself ("self") always runs eagerly, on its batch-invariant kernels."""
+        if self.draft_step_kind != "compiled" or method == SELF_METHOD:
+            return None
+        if method not in self._compiled_steps:
+            drafter_model, draft_head = self._drafter_parts(method)
+            self._compiled_steps[method] = CompiledDraftStep(drafter_model, draft_head)
+        return self._compiled_steps[method]
 
     def _fill_text(self, block: Block) -> None:
         for token in [*block.drafts, *([block.extra] if block.extra else [])]:
@@ -366,5 +399,10 @@ class Engine:
         )
 
     def add_drafter(self, drafter: Drafter) -> None:
-        """Register (or replace) a named drafter, e.g. when a training job finishes."""
+        """Register (or replace) a named drafter, e.g. when a training job finishes. A replaced one's
+        cost profile and compiled step go with it."""
         self.drafters[drafter.name] = drafter
+        self._costs.pop(drafter.name, None)
+        step = self._compiled_steps.pop(drafter.name, None)
+        if step is not None:
+            step.close()

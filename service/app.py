@@ -99,6 +99,7 @@ def _start(
             device=settings.device,
             dtype=settings.dtype,
             home=settings.home,
+            draft_step=settings.draft_step,
         )
     if settings.warm_up:
         seconds = engine.warm_up()

@@ -342,6 +342,10 @@ class HealthOut(BaseModel):
     batch_invariant: bool = Field(
         description="whether the verifier runs on length-invariant kernels (exact speculative output)"
     )
+    draft_step: Literal["eager", "compiled"] = Field(
+        description="how drafters run: eager kernels, or a static cache and a compiled step (CUDA graphs "
+        "on CUDA; --draft-step)"
+    )
     database: bool
 
 

@@ -41,6 +41,7 @@ class Settings:
     drafters: tuple[tuple[str, str], ...] = ()  # (name, folder) pairs loaded at start-up
     device: str | None = None  # None → CUDA when available, else CPU; a requested one must be usable
     dtype: str | None = None  # auto | bf16 | fp32 (sd2.devices); None → auto
+    draft_step: str | None = None  # auto | eager | compiled (sd2.draft_step); None → auto: compiled on CUDA
     host: str = "127.0.0.1"  # loopback by default: exposing the lab is an explicit choice
     port: int = 8000
     api_key: str | None = None  # when set, mutating endpoints (train, cancel, delete) require X-API-Key
@@ -93,6 +94,7 @@ class Settings:
             drafters=parse_drafters(env.get("SD2_DRAFTERS", "")),
             device=env.get("SD2_DEVICE") or None,
             dtype=env.get("SD2_DTYPE") or None,
+            draft_step=env.get("SD2_DRAFT_STEP") or None,
             host=env.get("SD2_HOST", cls.host),
             port=int(env.get("SD2_PORT", cls.port)),
             api_key=env.get("SD2_API_KEY") or None,
@@ -137,9 +139,9 @@ def serve_settings(
     **models: str | None,
 ) -> Settings:
     """Environment settings with the command line's host, port, extra drafters and the models'
-    `verifier`, `device` and `dtype` (each None: keep the environment's) on top."""
+    `verifier`, `device`, `dtype` and `draft_step` (each None: keep the environment's) on top."""
     settings = Settings.from_env(os.environ if env is None else env)
-    unknown = set(models) - {"verifier", "device", "dtype"}
+    unknown = set(models) - {"verifier", "device", "dtype", "draft_step"}
     if unknown:
         raise TypeError(f"unknown model settings: {sorted(unknown)}")
     settings = replace(settings, **{key: value for key, value in models.items() if value is not None})

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sd2.cli_args import add_placement_arguments, parse_drafters
+from sd2.cli_args import add_draft_step_argument, add_placement_arguments, parse_drafters
 from sd2.config import parse_k
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
     )
     add_placement_arguments(p)
+    add_draft_step_argument(p)
     p.add_argument(
         "--stock-kernels",
         action="store_true",
@@ -139,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(args, list(drafters))
     prompt_sets = load_prompt_sets(args.prompts_dir, args.prompt_sets)  # cut to max_prompts by run_bench
     engine = Engine.load(
-        args.verifier, drafters, device=args.device, dtype=args.dtype, batch_invariant=not args.stock_kernels
+        args.verifier,
+        drafters,
+        device=args.device,
+        dtype=args.dtype,
+        batch_invariant=not args.stock_kernels,
+        draft_step=args.draft_step,
     )
     result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
     info = RunInfo(

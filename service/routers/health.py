@@ -33,6 +33,7 @@ async def health(services: ServicesDep):
         "methods": engine.methods(),
         "device": engine.device_label,
         "batch_invariant": engine.batch_invariant,
+        "draft_step": engine.draft_step_kind,
         "database": database,
     }
     return JSONResponse(body, status_code=200 if database else 503)

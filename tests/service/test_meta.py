@@ -19,6 +19,7 @@ def test_health_version_drafters(client):
         "methods": ["verifier", "self", "tiny"],
         "device": f"cpu/{'bf16' if cpu_has_native_bf16() else 'fp32'}",  # --dtype auto
         "batch_invariant": True,
+        "draft_step": "eager",  # --draft-step auto on a CPU
         "database": True,
     }
     assert client.get("/version").json() == {"sd2": __version__, "schema_version": 5, "api": "1"}
