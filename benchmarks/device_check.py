@@ -11,7 +11,9 @@ Steps, each reported as pass / fail / skipped with its numbers:
               identical prompts, and the verifier's top-2 logit margin at each first divergence
   4. train    a few steps of pretrain, distill and sd2 with a bf16 verifier, validation included
   5. speed    T_v(k+1)/T_v(1) for k = 1..8 and the drafter's c on real shapes (an 8 B-shaped verifier,
-              a 1 B-shaped drafter; tiny shapes on a CPU), eager kernels
+              a 1 B-shaped drafter; tiny shapes on a CPU): the drafter eager and, on CUDA, through
+              `--draft-step compiled` (a static cache + CUDA graphs, sd2.draft_step), with the speed-up
+              of a decode of 64 tokens at k = 4 each way against the verifier alone
 Writes device_check.json and device_check.md into --out (default: $OUT if set, else ./device-check).
 """
 
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))  # tests.tiny and tests.sd2.train.tiny_runs: tiny 
 from sd2.config import DecodeConfig  # noqa: E402
 from sd2.decoding import SpeculativeDecoder, verifier_decode  # noqa: E402
 from sd2.draft_length import measure_costs, measure_verify_costs  # noqa: E402
+from sd2.draft_step import CompiledDraftStep  # noqa: E402
 from sd2.invariant import make_batch_invariant  # noqa: E402
 from sd2.steering import new_head_for  # noqa: E402
 from tests.tiny import tiny_llama  # noqa: E402
@@ -98,15 +101,17 @@ def _top2_margin(verifier, ids: list[int]) -> float:
 def step_greedy(device: torch.device, args) -> dict:
     rows = []
     for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        for kernels in ("stock", "invariant"):
+        for kernels in ("stock", "invariant", *(("compiled",) if device.type == "cuda" else ())):
             verifier, drafter, head = _pair(device, dtype)
             if kernels == "invariant":
                 make_batch_invariant(verifier)
+            step = CompiledDraftStep(drafter, None) if kernels == "compiled" else None  # stock verifier
             matched, margins = 0, []
             for prompt in PROMPTS:
                 config = DecodeConfig(k=4, max_new_tokens=48)
                 reference = _ids(verifier_decode(verifier, prompt, config, NO_STOP))
-                ours = _ids(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(prompt))
+                decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_step=step)
+                ours = _ids(decoder.run(prompt))
                 if ours == reference:
                     matched += 1
                     continue
@@ -114,6 +119,8 @@ def step_greedy(device: torch.device, args) -> dict:
                 margins.append(
                     {"position": first, "top2_margin": _top2_margin(verifier, prompt + reference[:first])}
                 )
+            if step is not None:
+                step.close()
             rows.append(
                 {
                     "dtype": dtype_name,
@@ -181,16 +188,64 @@ def step_speed(device: torch.device, args) -> dict:
     costs = measure_costs(
         verifier, drafter, max_k=8, verify=verify, context=args.context, repeats=args.repeats
     )
-    return {
+    result = {
         "status": "measured",
         "shapes": size,
         "dtype": str(dtype).removeprefix("torch."),
         "verifier_step_ms": round(verify.step_ms, 3),
         "verify_ratio": [round(r, 3) for r in costs.verify_ratio],
-        "draft_cost": round(costs.draft_cost, 4),
-        "best_k": {str(a): costs.best_k(a) for a in (0.5, 0.7, 0.8, 0.9)},
-        "kernels": "eager (no CUDA graphs, dynamic cache)",
+        "draft_cost_eager": round(costs.draft_cost, 4),
+        "best_k_eager": {str(a): costs.best_k(a) for a in (0.5, 0.7, 0.8, 0.9)},
+        "decode_eager": _decode_speed(verifier, drafter, None, args),
     }
+    if device.type != "cuda":
+        result["compiled"] = "skipped: CUDA graphs need a CUDA device"
+        return result
+    step = CompiledDraftStep(drafter, None)
+    try:
+        began = time.perf_counter()
+        compiled = measure_costs(
+            verifier,
+            drafter,
+            max_k=8,
+            verify=verify,
+            context=args.context,
+            repeats=args.repeats,
+            draft_step=step,
+        )
+        result["compiled_first_use_s"] = round(time.perf_counter() - began, 1)  # compile + capture included
+        result["draft_cost_compiled"] = round(compiled.draft_cost, 4)
+        result["best_k_compiled"] = {str(a): compiled.best_k(a) for a in (0.5, 0.7, 0.8, 0.9)}
+        result["decode_compiled"] = _decode_speed(verifier, drafter, step, args)
+    finally:
+        step.close()
+    return result
+
+
+@torch.inference_mode()
+def _decode_speed(verifier, drafter, step, args) -> dict:
+    """Wall time of 64 greedy tokens at k = 4 against the verifier alone, on the random pair (its
+    acceptance is near 0, so this is the block's cost, not a speed-up a trained pair would see)."""
+    sync = torch.cuda.synchronize if verifier.device.type == "cuda" else lambda: None
+    prompt = list(range(1, args.context + 1))
+    config = DecodeConfig(k=4, max_new_tokens=64)
+
+    def timed(run) -> float:
+        run()  # warm-up
+        sync()
+        began = time.perf_counter()
+        ids = run()
+        sync()
+        assert len(ids) == config.max_new_tokens
+        return (time.perf_counter() - began) * 1e3
+
+    verifier_ms = timed(lambda: _ids(verifier_decode(verifier, prompt, config, NO_STOP)))
+    sd_ms = timed(
+        lambda: _ids(
+            SpeculativeDecoder(verifier, drafter, None, config, NO_STOP, draft_step=step).run(prompt)
+        )
+    )
+    return {"verifier_ms": round(verifier_ms, 1), "speculative_ms": round(sd_ms, 1)}
 
 
 STEPS = {
