@@ -7,6 +7,7 @@ token whenever the speaker stopped, so the drafter also learns when to stop.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 from collections.abc import Iterable, Iterator
@@ -41,8 +42,10 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 def synth_examples(path: Path) -> Iterator[Example]:
-    """Examples from a `sd2 data synth` JSONL file (ids stored exactly as the verifier produced them)."""
-    with open(path, encoding="utf-8") as stream:
+    """Examples from a `sd2 data synth` JSONL file, or its gzipped export `*.jsonl.gz` (ids stored
+    exactly as the verifier produced them)."""
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as stream:
         for line in stream:
             if line.strip():
                 row = json.loads(line)

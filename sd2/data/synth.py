@@ -247,8 +247,11 @@ def done_ids(path: Path) -> set[str]:
 
 
 def meta_path(out: Path) -> Path:
-    """Where a synth file's settings (verifier, source, split, generation config) are written."""
-    return Path(out).with_name(Path(out).name + ".meta.json")
+    """Where a synth file's settings (verifier, source, split, generation config) are written. A gzipped
+    export (`x.jsonl.gz`) shares the settings of the file it was made from (`x.jsonl.meta.json`), so
+    `gunzip -k` beside it gives a file `sd2 data synth` can resume."""
+    name = Path(out).name.removesuffix(".gz")
+    return Path(out).with_name(name + ".meta.json")
 
 
 def check_meta(out: Path, meta: dict) -> None:

@@ -213,6 +213,25 @@ def test_synth_files_serve_only_the_split_they_answer(tokenizer, tmp_path):
         synth_shards(bare_file, tokenizer, config, home, split="validation")
 
 
+def test_a_gzipped_synth_export_trains_like_its_file_and_shares_its_settings(tokenizer, tmp_path):
+    import gzip
+
+    from sd2.data.datasets import synth_shards
+    from sd2.data.examples import synth_examples
+    from sd2.data.synth import meta_path
+
+    config = ShardConfig(seq_len=64, min_response_tokens=2)
+    plain = _synth_file(tmp_path, tokenizer, "validation")
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert meta_path(packed) == meta_path(plain)
+    assert list(synth_examples(packed)) == list(synth_examples(plain))
+    shards = ShardSet(synth_shards(packed, tokenizer, config, tmp_path / "home", split="validation"))
+    assert len(shards) == 6
+    with pytest.raises(ValueError, match="answers validation-split prompts, not train ones"):
+        synth_shards(packed, tokenizer, config, tmp_path / "home", split="train")
+
+
 def test_training_can_validate_on_the_verifiers_answers_to_validation_prompts(
     tokenizer, tmp_path, monkeypatch
 ):
