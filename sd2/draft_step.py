@@ -142,10 +142,12 @@ class CompiledDraftStep:
         self._compiled = compiler(self._one_token)
 
     def _hook(self, layer: int) -> Callable:
-        bias = self._bias[layer]
+        bias, owner = self._bias[layer], mlp(self.model, layer).up_proj
 
-        def add_bias(_module: nn.Module, _inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
-            if not self._steering_on:
+        def add_bias(module: nn.Module, _inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
+            # `copy.deepcopy` of the drafter (a training job's copy, an export) copies its hooks too:
+            # they must not steer the copy
+            if not self._steering_on or module is not owner:
                 return None  # output unchanged
             return output + bias[-output.shape[1] :]
 

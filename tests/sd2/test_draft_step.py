@@ -93,6 +93,24 @@ def test_the_steering_buffers_steer_only_while_drafting(verifier, drafters):
     assert all(not mlp._forward_hooks for mlp in (layer.mlp.up_proj for layer in drafter.model.layers))
 
 
+def test_a_copy_of_the_drafter_is_never_steered_by_its_step(verifier, drafters):
+    import copy
+
+    drafter, _ = drafters["steered"]
+    step = CompiledDraftStep(drafter, None, compiler=uncompiled)
+    try:
+        twin = copy.deepcopy(drafter)  # e.g. a training job's copy of a loaded drafter
+        ids = torch.tensor([PROMPT[:2]])  # a draft forward: 1 or 2 tokens
+        with torch.inference_mode():
+            plain = twin(input_ids=ids).logits
+            biases = {layer: torch.ones(2, drafter.config.intermediate_size) for layer in range(2)}
+            with step.steering(biases):
+                assert torch.equal(twin(input_ids=ids).logits, plain)
+                assert not torch.equal(drafter(input_ids=ids).logits, plain)  # the step's own drafter is
+    finally:
+        step.close()
+
+
 def test_one_compiled_step_serves_many_requests_and_grows_in_quanta(verifier, drafters):
     drafter, head = drafters["steered"]
     step = CompiledDraftStep(drafter, None, compiler=uncompiled)
