@@ -87,8 +87,8 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
         "--turns",
         choices=TURNS,
         default="first",
-        help="ShareGPT: the opening user turn of each conversation, or every user turn with the "
-        "conversation so far",
+        help="ShareGPT: the opening user turn of each conversation, every user turn with the "
+        "conversation so far, or every user turn but the opening one (disjoint from a 'first' file)",
     )
     p.add_argument(
         "--samples",

@@ -82,7 +82,7 @@ class SynthPrompt:
     prompt_ids: tuple[int, ...]
 
 
-TURNS = ("first", "all")  # which user turns become prompts
+TURNS = ("first", "all", "later")  # which user turns become prompts
 
 
 def synth_prompts(
@@ -98,7 +98,8 @@ def synth_prompts(
     `turns="all"`: every user turn with the conversation so far as its context — the recorded earlier
     turns, replies included — so the verifier answers where the recorded speaker did (id
     "<conversation>@<message index>"; the opening turn keeps the bare id, so "first" files stay a
-    subset). `samples` > 1 repeats each prompt under ids "<id>~<j>", j = 0..samples-1, for several
+    subset). `turns="later"`: the turns of "all" except the opening one, so a "later" file and a
+    "first" file of one split answer disjoint prompts. `samples` > 1 repeats each prompt under ids "<id>~<j>", j = 0..samples-1, for several
     sampled answers per prompt (each row of a batch draws its own sample).
     """
     if turns not in TURNS:
@@ -136,7 +137,7 @@ def _prompt_turns(conv: Conversation, turns: str) -> Iterable[tuple[str, list[di
         return
     opening = next((i for i, m in enumerate(conv.messages) if m["role"] != "system"), None)
     for index, message in enumerate(conv.messages):
-        if message["role"] == "user":
+        if message["role"] == "user" and not (turns == "later" and index == opening):
             prompt_id = conv.id if index == opening else f"{conv.id}@{index}"
             yield prompt_id, [dict(m) for m in conv.messages[: index + 1]]
 

@@ -161,6 +161,8 @@ def test_all_turns_gives_every_user_turn_with_the_conversation_so_far(pair):
     later = tokenizer.decode(every[1].prompt_ids)
     assert "name a cat" in later and "Tom" in later and "another" in later and "Felix" not in later
     assert later.endswith("<|im_start|>assistant\n")
+    rest = synth_prompts([conv], tokenizer, max_prompt_tokens=256, turns="later")
+    assert [(p.id, p.prompt_ids) for p in rest] == [(every[1].id, every[1].prompt_ids)]  # disjoint from first
     with pytest.raises(ValueError, match="turns"):
         synth_prompts([conv], tokenizer, max_prompt_tokens=256, turns="last")
 
