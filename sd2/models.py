@@ -173,8 +173,16 @@ def load_drafter(
         _check_head_fits(head, verifier, model, name)
     card_path = Path(path) / CARD_FILE
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-    vocab = (DraftVocab.load(path) or DraftVocab.load(weights)) if draft_vocab else None
+    vocab = drafter_vocab(path) if draft_vocab else None
     return Drafter(name, model, head, str(path), card, draft_head=reduced_head_for(model, vocab))
+
+
+def drafter_vocab(path: str | Path) -> DraftVocab | None:
+    """The reduced draft vocabulary of a drafter folder: its own `draft_vocab.json`, else that of the
+    folder its weights come from; None when neither has one (a hub id, a plain HF folder)."""
+    if not Path(path).is_dir():
+        return None
+    return DraftVocab.load(path) or DraftVocab.load(drafter_weights_folder(str(path)))
 
 
 def _optional_tokenizer(path: str) -> PreTrainedTokenizerBase | None:

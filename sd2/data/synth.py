@@ -99,8 +99,9 @@ def synth_prompts(
     turns, replies included — so the verifier answers where the recorded speaker did (id
     "<conversation>@<message index>"; the opening turn keeps the bare id, so "first" files stay a
     subset). `turns="later"`: the turns of "all" except the opening one, so a "later" file and a
-    "first" file of one split answer disjoint prompts. `samples` > 1 repeats each prompt under ids "<id>~<j>", j = 0..samples-1, for several
-    sampled answers per prompt (each row of a batch draws its own sample).
+    "first" file of one split answer disjoint prompts. `samples` > 1 repeats each prompt under ids
+    "<id>~<j>", j = 0..samples-1, for several sampled answers per prompt (each row of a batch draws its
+    own sample).
     """
     if turns not in TURNS:
         raise ValueError(f"turns must be one of {TURNS}, got {turns!r}")

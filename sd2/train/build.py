@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from sd2.models import drafter_weights_folder, stop_token_ids
+from sd2.draft_vocab import DraftVocab
+from sd2.models import drafter_vocab, drafter_weights_folder, stop_token_ids
 from sd2.steering import SteeringHead, has_steering_head, new_head_for
 from sd2.train.checkpoint import verify_checkpoint
 from sd2.train.config import TrainConfig
@@ -22,12 +23,14 @@ from sd2.train.trainer import TrainCallback, TrainData, Trainer
 
 
 class StartingPoint(NamedTuple):
-    """What a run starts from: the drafter, its steering head (None: none yet), and what the
-    checkpoint's card says about where they came from."""
+    """What a run starts from: the drafter, its steering head (None: none yet), what the
+    checkpoint's card says about where they came from, and the reduced draft vocabulary its
+    checkpoints keep shipping (it depends on the verifier's output, not on the drafter's weights)."""
 
     drafter: nn.Module
     head: SteeringHead | None
     card: dict
+    draft_vocab: DraftVocab | None = None
 
 
 def build_trainer(
@@ -63,6 +66,7 @@ def build_trainer(
         callbacks=callbacks,
         card={**start.card, **(card or {})},
         model_lock=model_lock,
+        draft_vocab=start.draft_vocab,
     )
 
 
@@ -79,7 +83,8 @@ def starting_point(
     base_card = verify_checkpoint(base)
     drafter = load_trainable_drafter(base)
     head = SteeringHead.load(base).float() if config.objective == "sd2" and has_steering_head(base) else None
-    return StartingPoint(drafter, head, {"initialised_from": str(base), "lineage": lineage(base_card)})
+    card = {"initialised_from": str(base), "lineage": lineage(base_card)}
+    return StartingPoint(drafter, head, card, drafter_vocab(base))
 
 
 def load_trainable_drafter(path) -> torch.nn.Module:

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sd2.models import CARD_FILE, SHARED_WEIGHTS, drafter_weights_folder, file_sha256
+from sd2.draft_vocab import DraftVocab
+from sd2.models import CARD_FILE, SHARED_WEIGHTS, drafter_vocab, drafter_weights_folder, file_sha256
 from sd2.steering import SteeringHead
 
 TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule, RNG and data position, for resuming
@@ -36,10 +37,11 @@ def save_checkpoint(
     tokenizer=None,
     dtype: torch.dtype | None = None,
     with_weights: bool = True,
+    draft_vocab: DraftVocab | None = None,
 ) -> Path:
     """Write the checkpoint atomically (staging folder + rename); `dtype` e.g. bf16 for shipping.
     `with_weights=False` writes the model's config only (a steering-only checkpoint whose card says
-    where its drafter weights are)."""
+    where its drafter weights are). `draft_vocab`: the reduced draft vocabulary to ship with it."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
@@ -52,6 +54,8 @@ def save_checkpoint(
             tokenizer.save_pretrained(staging)
         if head is not None:
             head.save(staging)
+        if draft_vocab is not None:
+            draft_vocab.save(staging)
         if trainer_state is not None:
             torch.save(trainer_state, staging / TRAINER_STATE)
         files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
@@ -141,7 +145,8 @@ def export_checkpoint(
     share_drafter_with: str | Path | None = None,
 ) -> Path:
     """A shippable copy of a verified checkpoint: drafter weights cast to `dtype` (the steering head
-    stays fp32: it is small and steers every block), no trainer state, the same card.
+    stays fp32: it is small and steers every block), its draft vocabulary, no trainer state, the same
+    card.
 
     `share_drafter_with` (a --freeze-drafter run): when the cast drafter weights equal those of that
     exported checkpoint, store only the head and point the card at its weights instead of a copy."""
@@ -157,11 +162,16 @@ def export_checkpoint(
         "exported_from": str(source),
         "dtype": str(dtype).removeprefix("torch."),
     }
+    vocab = drafter_vocab(source)
     if share_drafter_with is None:
-        return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype)
+        return save_checkpoint(
+            target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, draft_vocab=vocab
+        )
     drafter.to(dtype)  # in place: compared in the shipped dtype, and config.json records it
     card[SHARED_WEIGHTS] = _shared_weights(drafter, Path(share_drafter_with), Path(target))
-    return save_checkpoint(target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, with_weights=False)
+    return save_checkpoint(
+        target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, with_weights=False, draft_vocab=vocab
+    )
 
 
 def _same_tensor(a: torch.Tensor | None, b: torch.Tensor) -> bool:

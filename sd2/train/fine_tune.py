@@ -15,7 +15,7 @@ from sd2.data.batches import ShardSet
 from sd2.data.examples import Example
 from sd2.data.shards import ShardConfig, build_shards
 from sd2.engine import Engine
-from sd2.models import context_length
+from sd2.models import context_length, drafter_vocab
 from sd2.prompts import encode_prompt
 from sd2.train.build import StartingPoint, build_trainer
 from sd2.train.config import TrainConfig
@@ -86,7 +86,7 @@ def fine_tune_trainer(
         config,
         engine.verifier,
         data,
-        StartingPoint(drafter, head, job.card),
+        StartingPoint(drafter, head, job.card, drafter_vocab(base.path)),
         engine.tokenizer,
         callbacks=callbacks,
         model_lock=model_lock,

@@ -16,6 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from sd2.data.batches import Batch, ShardSet, batches, rank_batches
+from sd2.draft_vocab import DraftVocab
 from sd2.steering import SteeringHead
 from sd2.train.checkpoint import load_trainer_state, save_checkpoint, verify_checkpoint
 from sd2.train.config import TrainConfig
@@ -123,6 +124,7 @@ class Trainer:
         callbacks: Sequence[TrainCallback] = (),
         card: dict | None = None,
         model_lock: AbstractContextManager | None = None,
+        draft_vocab: DraftVocab | None = None,
     ):
         if config.objective != "pretrain" and verifier is None:
             raise ValueError(f"objective {config.objective} needs the verifier")
@@ -136,6 +138,7 @@ class Trainer:
             )
         self.config, self.data, self.tokenizer, self.stop_ids = config, data, tokenizer, stop_ids
         self.callbacks, self.card = list(callbacks), dict(card or {})
+        self.draft_vocab = draft_vocab  # shipped with every checkpoint, unchanged
         # held around every use of the (possibly shared) verifier, e.g. a server's decoding lock
         self.model_lock = model_lock or nullcontext()
         # autocast is ours, not accelerate's mixed_precision: that one is a process-wide singleton, and
@@ -343,7 +346,15 @@ class Trainer:
             "steering": recipe.head is not None,
         }
         if self.accelerator.is_main_process:
-            save_checkpoint(self.config.out_dir, recipe.drafter, recipe.head, card, state, self.tokenizer)
+            save_checkpoint(
+                self.config.out_dir,
+                recipe.drafter,
+                recipe.head,
+                card,
+                state,
+                self.tokenizer,
+                draft_vocab=self.draft_vocab,
+            )
         return Path(self.config.out_dir)
 
     def _resume(self) -> None:

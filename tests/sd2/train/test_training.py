@@ -352,16 +352,18 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
     verifier = _verifier()
     first = Trainer(_config(tmp_path, "pretrain", steps=2), _drafter(), verifier, data).run()
     shape = DrafterShape(layers=9, hidden=8, ffn=8)  # a fresh drafter's shape is ignored with a base
-    drafter, head, card = starting_point(str(first), _config(tmp_path / "more", "pretrain"), verifier, shape)
+    drafter, head, card, vocab = starting_point(
+        str(first), _config(tmp_path / "more", "pretrain"), verifier, shape
+    )
     saved = load_trainable_drafter_from(first).state_dict()
-    assert head is None and card["initialised_from"] == str(first)
+    assert head is None and vocab is None and card["initialised_from"] == str(first)
     first_card = verify_checkpoint(first)
     [stage] = card["lineage"]  # the base had no lineage of its own: one stage
     assert stage["objective"] == "pretrain" and stage["steps"] == 2
     assert stage["tokens_seen"] == first_card["tokens_seen"] > 0
     assert stage["final_metrics"] == first_card["final_metrics"]
     assert all(torch.equal(saved[name], t) for name, t in drafter.state_dict().items())
-    fresh, _, fresh_card = starting_point(
+    fresh, _, fresh_card, _ = starting_point(
         None, _config(tmp_path / "new", "pretrain"), verifier, DrafterShape(layers=2, hidden=32, ffn=64)
     )
     assert "architecture" in fresh_card and not torch.equal(fresh.lm_head.weight, drafter.lm_head.weight)
@@ -372,8 +374,34 @@ def test_pretrain_from_a_checkpoint_continues_its_weights(tmp_path, data):
         data,
         card=card,
     ).run()
-    _, _, third_card = starting_point(str(second), _config(tmp_path / "x", "distill"), verifier)
+    _, _, third_card, _ = starting_point(str(second), _config(tmp_path / "x", "distill"), verifier)
     assert [s["steps"] for s in third_card["lineage"]] == [1, 2]  # most recent stage first
+
+
+def test_a_fine_tune_ships_the_draft_vocabulary_of_its_base(tmp_path, data):
+    """The reduced draft vocabulary describes the verifier's output, not the drafter's weights: every
+    checkpoint of a run from a base that has one, and every export of those, carries it unchanged."""
+    from sd2.draft_vocab import DraftVocab
+    from sd2.train.build import build_trainer, starting_point
+    from sd2.train.checkpoint import export_checkpoint
+
+    verifier = _verifier()
+    base = Trainer(
+        _config(tmp_path, "pretrain", out_dir=str(tmp_path / "base"), steps=1), _drafter(), verifier, data
+    ).run()
+    vocab = DraftVocab((5, 2, 9, 0), source="test counts", coverage=0.5)
+    vocab.save(base)
+    config = _config(tmp_path, "sd2", out_dir=str(tmp_path / "tuned"), steps=2)
+    start = starting_point(str(base), config, verifier)
+    assert start.draft_vocab == vocab
+    tuned = build_trainer(config, verifier, data, start).run()
+    assert DraftVocab.load(tuned) == vocab and "draft_vocab.json" in verify_checkpoint(tuned)["files"]
+    shipped = export_checkpoint(tuned, tmp_path / "shipped")
+    assert DraftVocab.load(shipped) == vocab and "draft_vocab.json" in verify_checkpoint(shipped)["files"]
+    plain = Trainer(
+        _config(tmp_path, "pretrain", out_dir=str(tmp_path / "plain"), steps=1), _drafter(), verifier, data
+    ).run()
+    assert DraftVocab.load(export_checkpoint(plain, tmp_path / "plain-shipped")) is None
 
 
 class _ForwardDtypes(TrainCallback):
