@@ -7,6 +7,7 @@ from transformers import DynamicCache
 from sd2.decoding import cached_forward
 from sd2.invariant import (
     COLUMNS,
+    PACKED,
     INVARIANT_ATTENTION,
     KEY_BUCKET,
     PAD,
@@ -16,6 +17,8 @@ from sd2.invariant import (
     is_batch_invariant,
     layout_for,
     make_batch_invariant,
+    packed_available,
+    packed_weight,
     rows_product,
     stock_kernels,
 )
@@ -61,7 +64,7 @@ def test_the_probe_picks_a_layout_whose_rows_do_not_depend_on_the_row_count(dtyp
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(96, 160, generator=generator).to(dtype)
     layout = layout_for((96, 160), dtype, torch.device("cpu"))
-    assert layout in (STOCK, PAD, COLUMNS, ROWS)
+    assert layout in (PACKED, STOCK, PAD, COLUMNS, ROWS)
     rows = torch.randn(12, 160, generator=generator).to(dtype)
     single = torch.cat([rows_product(rows[i : i + 1], weight, None, layout) for i in range(12)])
     for m in range(2, 13):
@@ -101,3 +104,42 @@ def test_stock_kernels_switches_back_and_forth():
         assert all(type(m) is torch.nn.Linear for m in swapped)
     assert is_batch_invariant(model) and model.config._attn_implementation == INVARIANT_ATTENTION
     assert all(type(m) is RowInvariantLinear for m in swapped)
+
+
+needs_packed = pytest.mark.skipif(
+    not packed_available(torch.bfloat16, torch.device("cpu")), reason="oneDNN has no bf16 inner product here"
+)
+
+
+@needs_packed
+def test_the_packed_layout_computes_the_linear_product():
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(48, 80, generator=generator).to(torch.bfloat16)
+    bias = torch.randn(48, generator=generator).to(torch.bfloat16)
+    rows = torch.randn(6, 80, generator=generator).to(torch.bfloat16)
+    expected = torch.nn.functional.linear(rows.float(), weight.float(), bias.float())
+    for m in (1, 6):
+        got = rows_product(rows[:m], weight, bias, PACKED)
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), expected[:m], rtol=2e-2, atol=2e-2)
+
+
+@needs_packed
+def test_a_packed_weight_is_packed_again_when_the_weight_changes_and_deep_copies_work():
+    """The packed copy lives beside the module: a weight written in place, or a deep copy of the model
+    (whose weights are new tensors), gets its own packing, never a stale one."""
+    import copy
+
+    model = _invariant_model(torch.bfloat16)
+    linear = next(m for m in model.modules() if type(m) is RowInvariantLinear and m.layout == PACKED)
+    x = torch.randn(1, 3, linear.in_features).to(torch.bfloat16)
+    with torch.inference_mode():
+        before = linear(x)
+    twin = copy.deepcopy(model)
+    assert all(_many_vs_single(twin, 20, 5))
+    first = packed_weight(linear)
+    with torch.no_grad():
+        linear.weight.mul_(2)
+    assert packed_weight(linear) is not first
+    with torch.inference_mode():
+        torch.testing.assert_close(linear(x).float(), 2 * before.float(), rtol=2e-2, atol=2e-2)
