@@ -1,6 +1,6 @@
 """The versioned JSON schema of a benchmark result, and writing JSON / Markdown / HTML files.
 
-Schema `sd2.bench` version 3 (bump SCHEMA_VERSION on any change of keys or meaning):
+Schema `sd2.bench` version 5 (bump SCHEMA_VERSION on any change of keys or meaning):
     schema, schema_version, created_at (ISO 8601 UTC), command, machine{…}, models{…}, plan{…},
     prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
     forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
@@ -22,8 +22,8 @@ from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 4  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
-# 4: k may be "auto", cells' mean_k
+SCHEMA_VERSION = 5  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
+# 4: k may be "auto", cells' mean_k; 5: machine.cpu_model
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",
@@ -58,6 +58,18 @@ class RunInfo:
     batch_invariant: bool = True  # our loops on sd2.invariant's kernels (the HF peers on the stock ones)
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (e.g. "AMD EPYC 9B45"), None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def machine_info() -> dict:
     import torch
     import transformers
@@ -65,6 +77,7 @@ def machine_info() -> dict:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": sys.version.split()[0],

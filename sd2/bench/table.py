@@ -137,12 +137,13 @@ def markdown_report(data: dict) -> str:
     """The full Markdown report: provenance, Table 1 per temperature, details, best k, forward times."""
     sets = [s["name"] for s in data["prompt_sets"]]
     plan, machine = data["plan"], data["machine"]
+    cpu = f" ({machine['cpu_model']})" if machine.get("cpu_model") else ""  # results before schema 5 lack it
     parts = [
         "# sd2 benchmark\n",
         f"- date: {data['created_at']}  \n- command: `{data['command']}`",
-        f"- machine: {machine['platform']}, {machine['cpu_count']} CPUs ({machine['torch_threads']} torch "
-        f"threads), GPU: {machine['cuda'] or 'none'}; torch {machine['torch']}, transformers "
-        f"{machine['transformers']}",
+        f"- machine: {machine['platform']}, {machine['cpu_count']} CPUs{cpu} "
+        f"({machine['torch_threads']} torch threads), GPU: {machine['cuda'] or 'none'}; "
+        f"torch {machine['torch']}, transformers {machine['transformers']}",
         f"- models: verifier {data['models']['verifier']} on {data['models']['device']}/"
         f"{data['models']['dtype']} ({_kernels(data['models'])}); "
         f"drafters: {data['models']['drafters'] or 'none'}",

@@ -96,11 +96,11 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 4)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 5)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     assert set(data["models"]) == {"verifier", "drafters", "device", "dtype", "batch_invariant"}
-    assert {"platform", "cpu_count", "torch", "transformers"} <= set(data["machine"])
+    assert {"platform", "cpu_count", "cpu_model", "torch", "transformers"} <= set(data["machine"])
     assert all(set(s) == PROMPT_SET_KEYS for s in data["prompt_sets"])
     assert all(set(g) == GENERATION_KEYS for g in data["generations"])
     assert data["forward_times"][0]["verifier_ms"] == {"1": 60.0, "5": 90.0}
@@ -138,6 +138,15 @@ def test_markdown_report_sections(synthetic_result):
     ):
         assert needle in text
     assert "demo prompts" not in text
+
+
+def test_the_report_names_the_cpu_model_when_the_result_has_one(synthetic_result):
+    """Results on one CPU type compare; the machine line says which it was (older results lack it)."""
+    data = to_json(synthetic_result, INFO)
+    machine = {**data["machine"], "cpu_count": 2, "torch_threads": 2, "cpu_model": "Example CPU 9000"}
+    assert "2 CPUs (Example CPU 9000) (2 torch threads)" in markdown_report({**data, "machine": machine})
+    del machine["cpu_model"]
+    assert "2 CPUs (2 torch threads)" in markdown_report({**data, "machine": machine})
 
 
 def test_markdown_report_has_the_time_profile_of_our_cells(synthetic_result):
