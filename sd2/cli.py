@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from sd2.cli_args import add_draft_step_argument, add_placement_arguments, parse_drafters
+from sd2.cli_args import add_draft_step_argument, add_placement_arguments, load_engine, parse_drafters
 from sd2.config import DECODE_DEFAULTS, parse_k
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -67,7 +67,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from sd2.config import DecodeConfig
     from sd2.console import format_metrics, render_blocks
-    from sd2.engine import Engine, GenerateRequest
+    from sd2.engine import GenerateRequest
 
     decode = DecodeConfig(
         k=args.k,
@@ -79,14 +79,7 @@ def _generate(args: argparse.Namespace) -> int:
         draft_threshold=args.draft_threshold,
     )
     drafters = parse_drafters(args.drafter)
-    engine = Engine.load(
-        args.verifier,
-        drafters,
-        device=args.device,
-        dtype=args.dtype,
-        batch_invariant=not args.stock_kernels,
-        draft_step=args.draft_step,
-    )
+    engine = load_engine(args, drafters)
     method = args.method or next(iter(engine.drafter_names()), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
         prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw

@@ -1,11 +1,16 @@
-"""Command-line pieces the commands share (argparse only: no torch import): the --device / --dtype
-flags of every model-loading command, --draft-step of the decoding ones, and --drafter values."""
+"""Command-line pieces the commands share (argparse only: no torch import until an engine loads): the
+--device / --dtype flags of every model-loading command, --draft-step of the decoding ones, --drafter
+values, and the Engine those flags describe."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sd2.engine import Engine
 
 DTYPE_CHOICES = ("auto", "bf16", "fp32")
 DTYPE_ENV = "SD2_DTYPE"
@@ -46,3 +51,18 @@ def parse_drafters(values: Sequence[str]) -> dict[str, str]:
             path, name = value, os.path.basename(os.path.normpath(value))
         drafters[name] = path
     return drafters
+
+
+def load_engine(args: argparse.Namespace, drafters: Mapping[str, str]) -> Engine:
+    """The Engine of a decoding command's --verifier, --device, --dtype, --stock-kernels and --draft-step,
+    with `drafters` ({name: path}, from `parse_drafters`)."""
+    from sd2.engine import Engine
+
+    return Engine.load(
+        args.verifier,
+        drafters,
+        device=args.device,
+        dtype=args.dtype,
+        batch_invariant=not args.stock_kernels,
+        draft_step=args.draft_step,
+    )

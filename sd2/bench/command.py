@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sd2.cli_args import add_draft_step_argument, add_placement_arguments, parse_drafters
+from sd2.cli_args import add_draft_step_argument, add_placement_arguments, load_engine, parse_drafters
 from sd2.config import parse_k
 
 if TYPE_CHECKING:
@@ -133,20 +133,12 @@ def run(args: argparse.Namespace) -> int:
     from sd2.bench.harness import run_bench
     from sd2.bench.prompts import load_prompt_sets
     from sd2.bench.report import RunInfo, write_outputs
-    from sd2.engine import Engine
     from sd2.paths import sd2_home
 
     drafters = parse_drafters(args.drafter)
     plan = build_plan(args, list(drafters))
     prompt_sets = load_prompt_sets(args.prompts_dir, args.prompt_sets)  # cut to max_prompts by run_bench
-    engine = Engine.load(
-        args.verifier,
-        drafters,
-        device=args.device,
-        dtype=args.dtype,
-        batch_invariant=not args.stock_kernels,
-        draft_step=args.draft_step,
-    )
+    engine = load_engine(args, drafters)
     result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
     info = RunInfo(
         command="sd2 " + shlex.join(sys.argv[1:]),

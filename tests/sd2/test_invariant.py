@@ -7,9 +7,9 @@ from transformers import DynamicCache
 from sd2.decoding import cached_forward
 from sd2.invariant import (
     COLUMNS,
-    PACKED,
     INVARIANT_ATTENTION,
     KEY_BUCKET,
+    PACKED,
     PAD,
     ROWS,
     STOCK,
