@@ -25,8 +25,9 @@ import torch
 from transformers import DynamicCache
 
 from sd2.bench.prompts import load_prompt_sets
-from sd2.bench.report import cpu_model
 from sd2.config import DecodeConfig
+from sd2.decoding import cached_forward
+from sd2.devices import cpu_model
 from sd2.engine import Engine
 from sd2.invariant import make_batch_invariant, stock_kernels
 
@@ -45,7 +46,12 @@ def prompt_ids(engine: Engine, length: int) -> list[int]:
 
 @torch.inference_mode()
 def forward(model, ids: list[int], cache) -> torch.Tensor:
-    return model(torch.tensor([ids]), past_key_values=cache, use_cache=True).logits[0]  # [T, V]
+    return cached_forward(model, ids, cache, last_only=False)  # [T, V]
+
+
+def kernels(name: str, model):
+    """The variant's kernels for a while: "stock" swaps transformers' own in, the others keep theirs."""
+    return stock_kernels(model) if name == "stock" else nullcontext()
 
 
 def prefilled(model, ids: list[int]) -> DynamicCache:
@@ -82,7 +88,7 @@ def main() -> None:
     variants = {"invariant, packed": packed, "invariant, padded": padded, "stock": packed}
     caches = {}
     for name, model in variants.items():
-        with stock_kernels(model) if name == "stock" else nullcontext():
+        with kernels(name, model):
             caches[name] = prefilled(model, context)
 
     medians: dict[int, dict[str, float]] = {}
@@ -90,7 +96,7 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.rounds):
             for name, model in variants.items():
-                with stock_kernels(model) if name == "stock" else nullcontext():
+                with kernels(name, model):
                     start = time.perf_counter()
                     forward(model, new[:rows], caches[name])
                     samples[name].append(time.perf_counter() - start)

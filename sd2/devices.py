@@ -41,16 +41,26 @@ def dtype_name(dtype: torch.dtype) -> str:
     return next((name for name, value in DTYPES.items() if value == dtype), str(dtype).removeprefix("torch."))
 
 
+def cpuinfo_field(name: str) -> str | None:
+    """The first `name : value` of Linux's /proc/cpuinfo (e.g. "flags", "model name"), None without it."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return None
+    for line in cpuinfo.read_text(errors="replace").splitlines():
+        if line.startswith(name):
+            return line.split(":", 1)[-1].strip()
+    return None
+
+
 @lru_cache(maxsize=1)
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (Linux: its /proc/cpuinfo flags)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.is_file():
-        return False
-    for line in cpuinfo.read_text(errors="replace").splitlines():
-        if line.startswith("flags"):
-            return bool(_NATIVE_BF16_FLAGS & set(line.split(":", 1)[-1].split()))
-    return False
+    return bool(_NATIVE_BF16_FLAGS & set((cpuinfo_field("flags") or "").split()))
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (e.g. "AMD EPYC 9B45"), None where it cannot be read."""
+    return cpuinfo_field("model name")
 
 
 def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:

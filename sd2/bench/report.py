@@ -58,21 +58,11 @@ class RunInfo:
     batch_invariant: bool = True  # our loops on sd2.invariant's kernels (the HF peers on the stock ones)
 
 
-def cpu_model() -> str | None:
-    """The CPU's model name as Linux reports it (e.g. "AMD EPYC 9B45"), None where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def machine_info() -> dict:
     import torch
     import transformers
+
+    from sd2.devices import cpu_model
 
     return {
         "platform": platform.platform(),
