@@ -25,7 +25,9 @@ from transformers import DynamicCache
 from sd2.bench.prompts import load_prompt_sets
 from sd2.config import DecodeConfig
 from sd2.data.draft_vocab_build import ranked_vocab, recorded_replies, synth_answers
-from sd2.decoding import cached_forward, hidden_forward
+from sd2.decoding import cached_forward
+from sd2.devices import cpu_model
+from sd2.draft_step import next_logits
 from sd2.draft_vocab import coverage, reduced_head_for
 from sd2.engine import Engine
 
@@ -54,10 +56,7 @@ def step_times(engine: Engine, drafter_name: str, vocabs: dict, rounds: int) -> 
             cache = DynamicCache(config=model.config)
             cached_forward(model, prompt, cache, last_only=True)
             start = time.perf_counter()
-            if head is None:
-                cached_forward(model, prompt[-1:], cache, last_only=True)
-            else:
-                head(hidden_forward(model, prompt[-1:], cache))
+            next_logits(model, head, torch.tensor([prompt[-1:]]), cache)  # head None: the full one
             samples[name].append((time.perf_counter() - start) * 1e3)
     return {name: statistics.median(times) for name, times in samples.items()}
 
@@ -83,10 +82,11 @@ def main() -> None:
     times = step_times(engine, args.drafter, vocabs, args.rounds)
     verifier_ms = statistics.median(_verifier_steps(engine, args.rounds))
 
+    machine = cpu_model() or platform.processor() or platform.machine()
     lines = [
         "# Reduced draft vocabulary: coverage and drafter step time",
         "",
-        f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: {_cpu()}, "
+        f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: {machine}, "
         f"{torch.get_num_threads()} torch threads; precision {engine.precision}",
         f"- command: `python benchmarks/draft_vocab_curve.py {' '.join(str(p) for p in args.synth_files)} "
         f"--per-set {args.per_set} --max-new-tokens {args.max_new_tokens} --rounds {args.rounds}`",
@@ -115,13 +115,6 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 @torch.inference_mode()

@@ -60,7 +60,7 @@ class DraftStep(Protocol):
         layers still trim back to their window)."""
 
 
-def _next_logits(model: nn.Module, draft_head: nn.Module | None, ids: torch.Tensor, cache) -> torch.Tensor:
+def next_logits(model: nn.Module, draft_head: nn.Module | None, ids: torch.Tensor, cache) -> torch.Tensor:
     """One cached forward of ids [1, T]: the last position's logits [V], or [N] through `draft_head`."""
     if draft_head is None:
         return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
@@ -90,7 +90,7 @@ class EagerDraftStep:
 
     def logits(self, inputs: Sequence[int]) -> torch.Tensor:
         ids = torch.tensor([list(inputs)], device=_device(self.model))  # [1, T]
-        return _next_logits(self.model, self.draft_head, ids, self.cache)
+        return next_logits(self.model, self.draft_head, ids, self.cache)
 
     def steering(self, biases: Mapping[int, torch.Tensor]):
         return steered(self.model, dict(biases)) if biases else nullcontext()
@@ -154,7 +154,7 @@ class CompiledDraftStep:
         return add_bias
 
     def _one_token(self, ids: torch.Tensor) -> torch.Tensor:  # ids [1, 1] → [V] or [N]
-        return _next_logits(self.model, self.draft_head, ids, self.cache)
+        return next_logits(self.model, self.draft_head, ids, self.cache)
 
     def start(self, prompt_ids: Sequence[int], room: int) -> None:
         needed = len(prompt_ids) + room
@@ -173,7 +173,7 @@ class CompiledDraftStep:
             torch.compiler.cudagraph_mark_step_begin()
             out = self._compiled(ids).clone()  # a graph's output buffer is overwritten by its next replay
         else:
-            out = _next_logits(self.model, self.draft_head, ids, self.cache)
+            out = next_logits(self.model, self.draft_head, ids, self.cache)
         self.length += len(inputs)
         return out
 
