@@ -79,6 +79,24 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "weights from this exported checkpoint",
     )
     export.set_defaults(func=_export)
+    grow = objectives.add_parser(
+        "grow",
+        help="a deeper copy of a drafter checkpoint that computes the same logits (then train it)",
+        description="Inserts a copy of each --after layer right behind it, with its attention and MLP "
+        "output projections zeroed (block expansion): the new layers add 0 until training moves them. A "
+        "steering head grows with the drafter, from zero rows. The result is a checkpoint for "
+        "`sd2 train distill|sd2|lockstep --from`.",
+    )
+    grow.add_argument("source", help="the drafter checkpoint to deepen")
+    grow.add_argument("--out", required=True)
+    grow.add_argument(
+        "--after",
+        required=True,
+        type=_layer_list,
+        metavar="I,J,...",
+        help="the layers to copy (0-based, repeat an index for several copies), e.g. 1,3",
+    )
+    grow.set_defaults(func=_grow)
     imp = sub.add_parser(
         "import-official", help="convert an ETH-DISCO/SD-square checkpoint into a drafter folder"
     )
@@ -109,6 +127,13 @@ def _lockstep_base(text: str) -> tuple[str | None, str]:
             raise argparse.ArgumentTypeError(f"{text!r} names no checkpoint after {recipe}=")
         return recipe, path
     return None, text
+
+
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer indices") from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +187,13 @@ def _train_lockstep(args: argparse.Namespace) -> int:
     from sd2.train.run import run_lockstep
 
     run_lockstep(args)
+    return 0
+
+
+def _grow(args: argparse.Namespace) -> int:
+    from sd2.train.grow import grow_checkpoint
+
+    print(grow_checkpoint(Path(args.source), Path(args.out), args.after))
     return 0
 
 
