@@ -13,6 +13,9 @@
 # (k = 4, T = 0, 48 tokens) with the shipped pretrained and sd2 and the four probe drafters, and
 # benchmarks/paired_tau.py compares them pairwise. Results land in OUT (default ~/.cache/sd2/probe).
 #
+# BASE=CKPT starts both arms from another checkpoint instead (e.g. one `sd2 train grow` deepened: the
+# probe's arm (c)), ARMS="fresh" runs only that arm, and PREFIX=deep- names its drafters deep-fresh-384...
+#
 # MORE=A.jsonl.gz,B.jsonl.gz adds a third point, budget 2·STEPS: each arm continues from its STEPS
 # export for STEPS more steps (a second stage, its own warm-up and cosine schedule), the repeated arm on
 # its pool again, the fresh arm on the answers of MORE (answers neither arm has seen).
@@ -25,6 +28,9 @@ STEPS=${STEPS:-384}
 POOL=${POOL:-768}
 THREADS=${THREADS:-2}
 PY=${PYTHON:-$ROOT/.venv/bin/python}
+BASE=${BASE:-$ROOT/assets/drafters/sd2}
+read -r -a RUN_ARMS <<< "${ARMS:-repeated fresh}"
+PREFIX=${PREFIX:-}
 HALF=$((STEPS / 2))
 mkdir -p "$OUT"
 
@@ -51,29 +57,34 @@ train() {  # FROM DATA RUN: STEPS steps of the sd2 recipe, the shipped fine-tune
 }
 
 train_arm() {  # NAME DATA
-    local name=$1 data=$2
+    local name=$PREFIX$1 data=$2
     [ -f "$OUT/$name-$STEPS/sd2_card.json" ] && return 0
     snapshot_at_half "$OUT/run-$name" "$OUT/run-$name-$HALF" &
-    train "$ROOT/assets/drafters/sd2" "synth:$data" "$OUT/run-$name"
+    train "$BASE" "synth:$data" "$OUT/run-$name"
     wait
     "$PY" -m sd2 train export "$OUT/run-$name-$HALF" --out "$OUT/$name-$HALF"
     "$PY" -m sd2 train export "$OUT/run-$name" --out "$OUT/$name-$STEPS"
 }
 
 second_stage() {  # NAME DATA: continue NAME-STEPS for STEPS more steps
-    local name=$1 data=$2
+    local name=$PREFIX$1 data=$2
     [ -f "$OUT/$name-$((2 * STEPS))/sd2_card.json" ] && return 0
     train "$OUT/$name-$STEPS" "$data" "$OUT/run-$name-stage2"
     "$PY" -m sd2 train export "$OUT/run-$name-stage2" --out "$OUT/$name-$((2 * STEPS))"
 }
 
-train_arm repeated "$OUT/pool.jsonl"
-train_arm fresh "$FRESH"
-ARMS=("repeated-$HALF" "repeated-$STEPS" "fresh-$HALF" "fresh-$STEPS")
+declare -A ARM_DATA=([repeated]="$OUT/pool.jsonl" [fresh]="$FRESH")
+declare -A MORE_DATA=([repeated]="synth:$OUT/pool.jsonl" [fresh]="synth:${MORE//,/,synth:}")
+ARMS=()
+for arm in "${RUN_ARMS[@]}"; do
+    train_arm "$arm" "${ARM_DATA[$arm]}"
+    ARMS+=("$PREFIX$arm-$HALF" "$PREFIX$arm-$STEPS")
+done
 if [ -n "${MORE:-}" ]; then
-    second_stage repeated "synth:$OUT/pool.jsonl"
-    second_stage fresh "synth:${MORE//,/,synth:}"
-    ARMS+=("repeated-$((2 * STEPS))" "fresh-$((2 * STEPS))")
+    for arm in "${RUN_ARMS[@]}"; do
+        second_stage "$arm" "${MORE_DATA[$arm]}"
+        ARMS+=("$PREFIX$arm-$((2 * STEPS))")
+    done
 fi
 
 D=$ROOT/assets/drafters
