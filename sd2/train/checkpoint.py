@@ -138,6 +138,13 @@ def load_trainer_state(folder: str | Path) -> dict | None:
     return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None
 
 
+def checkpoint_tokenizer(folder: str | Path):
+    """The tokenizer a checkpoint folder ships, or None when it has none."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder) if (Path(folder) / "tokenizer.json").is_file() else None
+
+
 def export_checkpoint(
     source: str | Path,
     target: str | Path,
@@ -150,14 +157,14 @@ def export_checkpoint(
 
     `share_drafter_with` (a --freeze-drafter run): when the cast drafter weights equal those of that
     exported checkpoint, store only the head and point the card at its weights instead of a copy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from sd2.steering import has_steering_head
 
     card = verify_checkpoint(source)
     drafter = AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(source)))
     head = SteeringHead.load(source) if has_steering_head(source) else None
-    tokenizer = AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer.json").is_file() else None
+    tokenizer = checkpoint_tokenizer(source)
     card = {key: value for key, value in card.items() if key not in ("files", SHARED_WEIGHTS)} | {
         "exported_from": str(source),
         "dtype": str(dtype).removeprefix("torch."),

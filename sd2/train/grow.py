@@ -14,13 +14,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer
 
 from sd2.architecture import decoder_layers
 from sd2.models import drafter_vocab
 from sd2.steering import SteeringConfig, SteeringHead, has_steering_head
 from sd2.train.build import lineage, load_trainable_drafter
-from sd2.train.checkpoint import save_checkpoint, verify_checkpoint
+from sd2.train.checkpoint import checkpoint_tokenizer, save_checkpoint, verify_checkpoint
 
 ZEROED_PROJECTIONS = ("self_attn.o_proj.", "mlp.down_proj.")
 
@@ -96,7 +95,7 @@ def grow_checkpoint(source: str | Path, target: str | Path, after: Sequence[int]
     card = verify_checkpoint(source)
     drafter, plan = deepen(load_trainable_drafter(source), after)
     head = deepen_head(SteeringHead.load(source).float(), plan) if has_steering_head(source) else None
-    tokenizer = AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer.json").is_file() else None
+    tokenizer = checkpoint_tokenizer(source)
     grown_card = {
         "initialised_from": str(source),
         "grown": {"after": list(after), "layers": [layer for layer, _ in plan], "new": [c for _, c in plan]},

@@ -6,7 +6,14 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from sd2.steering import SteeringHead, anchored_biases, new_head_for, steered
+from sd2.steering import (
+    SteeringHead,
+    anchored_biases,
+    captured_states,
+    new_head_for,
+    stack_features,
+    steered,
+)
 from sd2.train.build import load_trainable_drafter
 from sd2.train.checkpoint import save_checkpoint, verify_checkpoint
 from sd2.train.grow import deepen, deepen_head, grow_checkpoint, layer_plan
@@ -28,8 +35,6 @@ def _trained_head(verifier, drafter) -> SteeringHead:
 
 
 def _steered_logits(verifier, drafter, head, ids) -> torch.Tensor:
-    from sd2.steering import captured_states, stack_features
-
     with torch.no_grad(), captured_states(verifier, head.config.verifier_layers) as states:
         verifier(ids)
         features = stack_features(states, head.config.verifier_layers)
