@@ -8,14 +8,16 @@ break that in two places, measured on the embedded SmolLM2 (2-core AMD Zen 5):
     in fp32 (MKL sgemm) no shape is invariant, but (W @ xᵀ)ᵀ with at least 2 columns is.
   - SDPA packs a single query differently (GQA packing, no mask) and reduces over as many keys as the
     forward holds, so a verify row sums over masked tail keys that its 1-token twin never saw.
-The invariant path therefore computes every linear in a layout whose rows do not depend on the row
-count: in bf16, where oneDNN has it, with a weight packed once for its inner-product kernel (invariant
-for any row count, and 1.5–3× faster per call than `F.linear` on the plain weight in one probe);
-elsewhere with at least `MIN_ROWS` rows. Attention for batch 1 runs with keys padded to a multiple of
-`KEY_BUCKET` (masked), at least `MIN_ROWS` query rows per GEMM and rows grouped by their padded key
-length, so a row's reductions have the same shape and kernel whichever forward it sits in. Larger
-forwards (prefill of a long prompt, training batches) use the stock kernels: they are the same in both
-loops.
+On a 2-core AMD EPYC with AVX2 only, SDPA's fp32 flash kernel also gives query blocks of 1 or 3 rows
+results that depend on how many batch entries the call holds. The invariant path therefore computes
+every linear in a layout whose rows do not depend on the row count: in bf16, where oneDNN has it, with a
+weight packed once for its inner-product kernel (invariant for any row count, and 1.5–3× faster per
+call than `F.linear` on the plain weight in one probe); elsewhere in the cheapest layout a probe finds
+invariant. Attention for batch 1 runs with keys padded to a multiple of `KEY_BUCKET` (masked), rows
+grouped by their padded key length, and each token its own batch entry of query rows padded to a
+probed invariant count (`entry_rows`), so a row's reductions have the same shape and kernel whichever
+forward it sits in. Larger forwards (prefill of a long prompt, training batches) use the stock kernels:
+they are the same in both loops.
 
 Dims: B batch, T query rows, H heads, H_kv key/value heads, N keys, P padded keys, D head dim.
 """
@@ -185,24 +187,22 @@ def invariant_attention(
     if batch != 1 or rows > MAX_ROWS or getattr(module, "sliding_window", None) or dropout:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scaling = scaling if scaling is not None else dim**-0.5
-    group = heads // key.shape[1]
+    kv_heads = key.shape[1]
+    padded_rows = entry_rows(kv_heads, heads // kv_heads, dim, query.dtype, query.device)
     outputs = [
-        _bucket_attention(query[0, :, first:last], key[0], value[0], hidden, scaling)
-        for first, last, hidden in _row_buckets(key.shape[2], rows, group, query.device)
+        _bucket_attention(query[0, :, first:last], key[0], value[0], seen, scaling, padded_rows)
+        for first, last, seen in _row_buckets(key.shape[2], rows, query.device)
     ]
     out = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]  # [H, T, D]
     return out.transpose(0, 1).unsqueeze(0), None  # [1, T, H, D]
 
 
 @lru_cache(maxsize=4096)
-def _row_buckets(
-    n_keys: int, rows: int, group: int, device: torch.device
-) -> tuple[tuple[int, int, torch.Tensor], ...]:
-    """Rows grouped by padded key length: (first row, end row, mask [R, P] True where hidden).
+def _row_buckets(n_keys: int, rows: int, device: torch.device) -> tuple[tuple[int, int, torch.Tensor], ...]:
+    """Rows grouped by padded key length: (first row, end row, mask [T_b, 1, 1, P] True where seen).
 
     Row t of a T-row forward over N keys sees N − T + t + 1 of them (causal, no padding); its keys are
-    padded to the next multiple of KEY_BUCKET. Mask rows are ordered (head in group, t) and padded to
-    MIN_ROWS, like the query rows of `_bucket_attention`. The same for every layer: built once.
+    padded to the next multiple of KEY_BUCKET. The same for every layer: built once.
     """
     visible = n_keys - rows + 1 + torch.arange(rows)  # [T]
     padded = (visible + KEY_BUCKET - 1) // KEY_BUCKET * KEY_BUCKET  # [T]
@@ -210,10 +210,8 @@ def _row_buckets(
     for size in padded.unique(sorted=True).tolist():
         chosen = (padded == size).nonzero().flatten()
         first, last = int(chosen[0]), int(chosen[-1]) + 1
-        hidden = (torch.arange(size) >= visible[first:last, None]).repeat(group, 1)  # [G·T_b, P]
-        if hidden.shape[0] < MIN_ROWS:
-            hidden = torch.cat([hidden, hidden.new_zeros(MIN_ROWS - hidden.shape[0], size)])
-        buckets.append((first, last, hidden.to(device)))
+        seen = torch.arange(size) < visible[first:last, None]  # [T_b, P]
+        buckets.append((first, last, seen[:, None, None].to(device)))
     return tuple(buckets)
 
 
@@ -221,21 +219,87 @@ def _bucket_attention(
     query: torch.Tensor,  # [H, T_b, D] rows sharing one padded key length
     key: torch.Tensor,  # [H_kv, N, D]
     value: torch.Tensor,  # [H_kv, N, D]
-    hidden: torch.Tensor,  # [R, P] True where a (padded) row must not see a (padded) key
+    seen: torch.Tensor,  # [T_b, 1, 1, P] True where a row may see a (padded) key
+    scaling: float,
+    padded_rows: int,  # from `entry_rows`
+) -> torch.Tensor:
+    """Attention over P keys (zero-padded, masked per row). Each row t is its own batch entry of G query
+    rows per KV head, zero-padded to `padded_rows`, so its GEMMs have one shape whatever T_b
+    is (SDPA's CPU kernels sum an M-row block differently for different M); where no padding is
+    invariant, each row is a call of its own, as in its 1-token forward. Returns [H, T_b, D]."""
+    heads, rows, dim = query.shape
+    kv_heads = key.shape[0]
+    group = heads // kv_heads
+    key, value = (_pad_keys(t, seen.shape[-1]) for t in (key, value))  # [H_kv, P, D]
+    per_row = query.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3)  # [T_b, H_kv, G, D]
+    per_row = F.pad(per_row, (0, 0, 0, abs(padded_rows) - group))  # [T_b, H_kv, R, D]
+    if padded_rows > 0 or rows == 1:
+        out = _entries_attention(per_row, key, value, seen, scaling)
+    else:
+        out = torch.cat(
+            [
+                _entries_attention(per_row[t : t + 1], key, value, seen[t : t + 1], scaling)
+                for t in range(rows)
+            ]
+        )
+    return out[:, :, :group].permute(1, 2, 0, 3).reshape(heads, rows, dim)  # [H, T_b, D]
+
+
+def _entries_attention(
+    entries: torch.Tensor,  # [E, H_kv, R, D]
+    key: torch.Tensor,  # [H_kv, P, D]
+    value: torch.Tensor,  # [H_kv, P, D]
+    seen: torch.Tensor,  # [E, 1, 1, P]
     scaling: float,
 ) -> torch.Tensor:
-    """Attention over P keys (zero-padded, masked per row). Returns [H, T_b, D]."""
-    heads, rows, dim = query.shape
-    kv_heads, padded = key.shape[0], hidden.shape[1]
-    group = heads // kv_heads
-    key, value = (_pad_keys(t, padded) for t in (key, value))  # [H_kv, P, D]
-    grouped = query.reshape(kv_heads, group * rows, dim)  # [H_kv, G·T_b, D], rows ordered (head, t)
-    if grouped.shape[1] < MIN_ROWS:
-        grouped = torch.cat([grouped, grouped.new_zeros(kv_heads, MIN_ROWS - grouped.shape[1], dim)], 1)
-    out = F.scaled_dot_product_attention(
-        grouped[None], key[None], value[None], attn_mask=~hidden, scale=scaling
-    )[0, :, : group * rows]  # [H_kv, G·T_b, D]
-    return out.reshape(heads, rows, dim)
+    """SDPA of E batch entries over the same keys (broadcast, not copied). Returns [E, H_kv, R, D]."""
+    batch = (entries.shape[0], -1, -1, -1)
+    return F.scaled_dot_product_attention(
+        entries, key.expand(*batch), value.expand(*batch), attn_mask=seen, scale=scaling
+    )
+
+
+ENTRY_ROWS_LIMIT = 16  # the most query rows per batch entry the probe tries
+
+
+@lru_cache(maxsize=64)
+def entry_rows(kv_heads: int, group: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The query rows per attention batch entry (G real ones, zero-padded) for which an entry's result
+    does not depend on how many entries the call holds, probed on random data at two key lengths;
+    negative (−max(G, MIN_ROWS)) when none up to ENTRY_ROWS_LIMIT is: then each entry runs alone."""
+    generator = torch.Generator().manual_seed(0)
+    smallest = max(group, MIN_ROWS)
+    for padded_rows in range(smallest, max(ENTRY_ROWS_LIMIT, smallest) + 1):
+        if all(
+            _entries_invariant(padded_rows, kv_heads, dim, n_keys, generator, dtype, device)
+            for n_keys in (KEY_BUCKET, 3 * KEY_BUCKET)
+        ):
+            return padded_rows
+    return -smallest
+
+
+def _entries_invariant(
+    padded_rows: int,
+    kv_heads: int,
+    dim: int,
+    n_keys: int,
+    generator: torch.Generator,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> bool:
+    entries = PROBE_ROWS
+    query = torch.randn(entries, kv_heads, padded_rows, dim, generator=generator).to(device, dtype)
+    key, value = (torch.randn(kv_heads, n_keys, dim, generator=generator).to(device, dtype) for _ in "kv")
+    visible = n_keys - entries + 1 + torch.arange(entries)  # causal, as in a verify
+    seen = (torch.arange(n_keys) < visible[:, None])[:, None, None].to(device)  # [E, 1, 1, P]
+    scaling = dim**-0.5
+    single = torch.cat(
+        [_entries_attention(query[e : e + 1], key, value, seen[e : e + 1], scaling) for e in range(entries)]
+    )
+    return all(
+        torch.equal(_entries_attention(query[:e], key, value, seen[:e], scaling), single[:e])
+        for e in range(2, entries + 1)
+    )
 
 
 def _pad_keys(tensor: torch.Tensor, padded: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ from transformers import DynamicCache
 from sd2.decoding import cached_forward
 from sd2.invariant import (
     COLUMNS,
+    ENTRY_ROWS_LIMIT,
     INVARIANT_ATTENTION,
     KEY_BUCKET,
     PACKED,
@@ -14,6 +15,10 @@ from sd2.invariant import (
     ROWS,
     STOCK,
     RowInvariantLinear,
+    _bucket_attention,
+    _row_buckets,
+    entry_rows,
+    invariant_attention,
     is_batch_invariant,
     layout_for,
     make_batch_invariant,
@@ -57,6 +62,43 @@ def test_a_verify_forward_equals_single_token_forwards_bitwise(dtype, context):
 def test_multi_head_attention_without_grouping_is_invariant_too():
     model = _invariant_model(torch.float32, heads=4, kv_heads=4)  # one query row per KV head
     assert all(_many_vs_single(model, 20, 5))
+
+
+def _random_attention(kv_heads, group, n_keys, rows, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(1, kv_heads * group, rows, 64, generator=generator).to(dtype)  # [1, H, T, D]
+    key, value = (torch.randn(1, kv_heads, n_keys, 64, generator=generator).to(dtype) for _ in "kv")
+    return query, key, value
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("kv_heads,group", [(3, 3), (2, 1), (1, 4), (2, 2), (4, 5)])
+def test_each_attention_row_equals_its_one_row_call_bitwise(dtype, kv_heads, group):
+    """SmolLM2's shape (3 KV heads of 3 queries, D = 64) and others, across a key-bucket edge."""
+    for n_keys, rows in ((45, 5), (KEY_BUCKET + 3, 9), (2 * KEY_BUCKET, 2)):
+        query, key, value = _random_attention(kv_heads, group, n_keys, rows, dtype)
+        many, _ = invariant_attention(torch.nn.Module(), query, key, value, None)  # [1, T, H, D]
+        for t in range(rows):
+            visible = n_keys - rows + t + 1
+            one, _ = invariant_attention(
+                torch.nn.Module(), query[:, :, t : t + 1], key[:, :, :visible], value[:, :, :visible], None
+            )
+            assert torch.equal(many[0, t], one[0, 0]), (n_keys, rows, t)
+
+
+@pytest.mark.parametrize("padded", ["probed", "one entry per call"])
+def test_both_attention_paths_compute_causal_attention(padded):
+    kv_heads, group, n_keys, rows = 3, 3, 70, 6
+    query, key, value = _random_attention(kv_heads, group, n_keys, rows, torch.float32, seed=1)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=torch.ones(rows, n_keys).tril(n_keys - rows).bool(), enable_gqa=True
+    )[0]  # [H, T, D]
+    probed = entry_rows(kv_heads, group, 64, torch.float32, torch.device("cpu"))
+    assert max(group, 2) <= abs(probed) <= max(ENTRY_ROWS_LIMIT, group)
+    padded_rows = probed if padded == "probed" else -max(group, 2)
+    for first, last, seen in _row_buckets(n_keys, rows, torch.device("cpu")):
+        got = _bucket_attention(query[0, :, first:last], key[0], value[0], seen, 64**-0.5, padded_rows)
+        torch.testing.assert_close(got, expected[:, first:last])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
