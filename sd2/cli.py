@@ -31,6 +31,12 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-steering", action="store_true", help="run a steered drafter without its head")
     p.add_argument(
+        "--counterfactual",
+        action="store_true",
+        help="with a steered drafter, also draft each block unsteered and judge it on the side: each "
+        "block gets a won/tied/lost record and the run a steering gain (the output stays the same)",
+    )
+    p.add_argument(
         "--k",
         type=parse_k,
         default=DECODE_DEFAULTS.k,
@@ -82,7 +88,12 @@ def _generate(args: argparse.Namespace) -> int:
     engine = load_engine(args, drafters)
     method = args.method or next(iter(engine.drafter_names()), "verifier")  # sd2 first when it ships
     request = GenerateRequest(
-        prompt=args.prompt, method=method, decode=decode, steering=not args.no_steering, chat=not args.raw
+        prompt=args.prompt,
+        method=method,
+        decode=decode,
+        steering=not args.no_steering,
+        chat=not args.raw,
+        counterfactual=args.counterfactual,
     )
     if args.json:
         print(json.dumps(engine.generate(request).to_dict(), ensure_ascii=False))

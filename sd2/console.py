@@ -35,8 +35,16 @@ def format_metrics(metrics: GenerationMetrics, method: str) -> str:
     def fmt(value: float | None, spec: str) -> str:
         return "n/a" if value is None else format(value, spec)
 
-    return (
+    line = (
         f"[{method}] tokens {metrics.n_tokens} · τ {fmt(metrics.tau, '.2f')} · "
         f"acceptance {fmt(metrics.acceptance_rate, '.1%')} · α̂ {fmt(metrics.alpha_hat, '.3f')} · "
         f"{fmt(metrics.tokens_per_s, '.1f')} tok/s decode · {fmt(metrics.tokens_per_s_e2e, '.1f')} tok/s e2e"
     )
+    gain = metrics.steering_gain
+    if gain is not None:
+        interval = f" [{fmt(gain.low, '+.2f')}, {fmt(gain.high, '+.2f')}]"
+        line += (
+            f"\nsteering gain {gain.gain:+.2f} tokens/block{interval} over {gain.n_blocks} blocks · "
+            f"won {gain.won} · tied {gain.tied} · lost {gain.lost}"
+        )
+    return line

@@ -20,14 +20,23 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
+from sd2.counterfactual import UnsteeredTwin
 from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
 from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.draft_vocab import ReducedHead
-from sd2.kv_cache import rollback_cache
-from sd2.sampling import Verdict, greedy_verdict, overlap, rejection_sample, sample, warp_probs
+from sd2.explainer import explain_draft, explain_extra
+from sd2.kv_cache import cached_forward, rollback_cache
+from sd2.sampling import (
+    Picker,
+    Verdict,
+    acceptance_survival,
+    greedy_verdict,
+    overlap,
+    rejection_sample,
+    warp_probs,
+)
 from sd2.steering import SteeringHead, captured_states, stack_features
 from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
@@ -44,34 +53,6 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
 
 def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
-
-
-def cached_forward(
-    model: nn.Module, ids: Sequence[int], cache: DynamicCache, last_only: bool
-) -> torch.Tensor:
-    """Cached forward of a few new tokens. Returns logits [T, V] (or [1, V] when last_only)."""
-    device = model.get_input_embeddings().weight.device
-    input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
-    return out.logits[0]
-
-
-class _Picker:
-    """Chooses a token from logits under the run's warp, and reports its trace probability."""
-
-    def __init__(self, config: DecodeConfig, generator: torch.Generator):
-        self.warp, self.generator = config.warp, generator
-
-    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """logits: [V] → (token, probs [V]) where probs is the rule's distribution (one-hot if greedy)."""
-        probs = warp_probs(logits, self.warp)
-        if self.warp.greedy:
-            return int(logits.argmax()), probs
-        return sample(probs, self.generator), probs
-
-    def trace_probs(self, logits: torch.Tensor, rule_probs: torch.Tensor) -> torch.Tensor:
-        """What the trace shows: the rule's probabilities, or the plain softmax when greedy."""
-        return torch.softmax(logits.float(), dim=-1) if self.warp.greedy else rule_probs
 
 
 def _stop_index(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
@@ -102,7 +83,7 @@ def verifier_decode(
 ) -> Iterator[Block]:
     """Plain autoregressive decoding of the verifier with its KV cache (the baseline, τ = 1)."""
     device = verifier.get_input_embeddings().weight.device
-    picker = _Picker(config, make_generator(config.seed, device))
+    picker = Picker(config.warp, make_generator(config.seed, device))
     cache = rollback_cache(verifier)
     inputs, kind = list(prompt_ids), BlockKind.PREFILL
     for index in range(config.max_new_tokens):
@@ -136,12 +117,14 @@ class SpeculativeDecoder:
         draft_head: ReducedHead | None = None,
         costs: CostProfile | None = None,
         draft_step: DraftStep | None = None,
+        counterfactual: bool = False,
     ):
         """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
         None drafts over the full vocabulary. `costs`: the pair's cost profile for k = auto
         (sd2.draft_length); None measures it here when k = auto (seconds; the Engine keeps one per pair).
         `draft_step`: how the drafter runs (sd2.draft_step), built on `drafter` and `draft_head`; None
-        runs it eagerly on a fresh dynamic cache."""
+        runs it eagerly on a fresh dynamic cache. `counterfactual`: record each block's unsteered
+        counterfactual (sd2.counterfactual) when the drafter is steered; it never changes the output."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.draft_head = draft_head
         self.draft_step = draft_step or EagerDraftStep(drafter, draft_head)
@@ -152,11 +135,16 @@ class SpeculativeDecoder:
         self.costs, self.acceptance = costs, AcceptanceEstimate()
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
-        self.picker = _Picker(config, make_generator(config.seed, device))
+        self.picker = Picker(config.warp, make_generator(config.seed, device))
         self.verifier_cache = rollback_cache(verifier)
         self.tokens: list[int] = []  # committed ids, prompt included
         self.biases: dict[int, torch.Tensor] = {}  # drafter layer → [2, F]: rows (previous, current) anchor
         self.steering_norm: float | None = None
+        self.twin = (
+            UnsteeredTwin(verifier, drafter, draft_head, config.warp)
+            if counterfactual and head is not None
+            else None
+        )
 
     @torch.inference_mode()
     def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]:
@@ -200,6 +188,8 @@ class SpeculativeDecoder:
         steer_ms = _ms(start)
         room = self.config.max_new_tokens + self.config.max_k + 1
         self.draft_step.start(prompt_ids, room)  # the prompt is never steered
+        if self.twin is not None:
+            self.twin.start(prompt_ids, room)
         self.tokens = [*prompt_ids, token]
         p = float(self.picker.trace_probs(logits, probs)[token])
         extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
@@ -215,11 +205,20 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         steering_norm = self.steering_norm
         layer_norms = [float(b[-1].norm()) for b in self.biases.values()]
+        n_pending = len(self.tokens) - self.draft_step.length
+        generator_state = self.picker.generator.get_state() if self.twin is not None else None
         # 1. draft (up to k tokens: the confidence threshold may stop it earlier)
         draft_tokens, draft_logits, draft_probs = self._draft(k)  # [K], [K, V], [K, V]
         if draft_tokens.shape[0] < k:
             stop = DraftStop.CONFIDENCE
         draft_ms = _ms(start)
+        # (the counterfactual, timed apart: before the verify, while the verifier cache holds the prefix)
+        counterfactual_start, twin_draft = time.perf_counter(), None
+        if self.twin is not None and draft_tokens.shape[0] > 0:
+            twin_draft = self.twin.propose(
+                self.tokens, n_pending, draft_tokens.shape[0], generator_state, self.verifier_cache
+            )
+        counterfactual_ms = _ms(counterfactual_start)
         # 2. verify
         verify_start = time.perf_counter()
         target_logits, states = self._verify(draft_tokens)  # [K+1, V]
@@ -235,10 +234,16 @@ class SpeculativeDecoder:
             anchor = states[0, verdict.n_accepted]  # [n·D_v]: the state that produced the extra token
             self._steer(anchor)
         steer_ms = _ms(steer_start)
-        timings = BlockTimings(draft_ms, verify_ms, steer_ms, _ms(start))
+        total_ms = _ms(start) - counterfactual_ms
         block = self._record(
             index, draft_tokens, draft_logits, draft_probs, target_logits, target_probs, verdict, stop
         )
+        if twin_draft is not None:
+            record_start = time.perf_counter()
+            survival = acceptance_survival(draft_tokens, draft_probs, target_probs)  # [K]
+            block.counterfactual = twin_draft.record(survival, self.config.warp.greedy)
+            counterfactual_ms += _ms(record_start)
+        timings = BlockTimings(draft_ms, verify_ms, steer_ms, total_ms, counterfactual_ms)
         block.steering_norm, block.layer_bias_norms, block.timings = steering_norm, layer_norms, timings
         return block
 
@@ -327,9 +332,16 @@ class SpeculativeDecoder:
                 TokenStatus.ACCEPTED if i < n else TokenStatus.REJECTED if i == n else TokenStatus.DISCARDED
             )
             p = float(p_shown[i, token]) if i <= n else None
-            drafts.append(TokenEvent(token, status, float(q_shown[i, token]), p))
+            event = TokenEvent(token, status, float(q_shown[i, token]), p)
+            if i <= n:  # judged: keep what the rejection explainer shows
+                explain_draft(event, p_shown[i], q_shown[i])
+            drafts.append(event)
         extra_status = TokenStatus.BONUS if n == k else TokenStatus.RESAMPLED
         extra = TokenEvent(verdict.extra_token, extra_status, None, float(p_shown[n, verdict.extra_token]))
+        if n < k:  # resampled from norm(max(0, p − q)) at the rejected position
+            explain_extra(extra, p_shown[n], target_probs[n], draft_probs[n])
+        else:
+            explain_extra(extra, p_shown[n])
         judged = min(n + 1, k)
         overlaps = overlap(target_probs[:judged], draft_probs[:judged].to(target_probs.device)).tolist()
         # A block shortened by the length limit is not a sample of the rule's τ; one the rule ended is.

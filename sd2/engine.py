@@ -69,6 +69,9 @@ class GenerateRequest:
     method: str = VERIFIER_METHOD  # "verifier", "self", or a drafter name (pretrained, distilled, sd2…)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     steering: bool = True  # use the drafter's SD² head when it has one; False runs it unsteered
+    # record each block's unsteered counterfactual (sd2.counterfactual) when the run is steered; the
+    # emitted tokens are the same either way, and its time is left out of the speed figures
+    counterfactual: bool = False
     chat: bool = True  # format a plain prompt with the verifier's chat template
 
 
@@ -358,6 +361,7 @@ class Engine:
             draft_head=draft_head,
             costs=costs,
             draft_step=self._draft_step(method),
+            counterfactual=prepared.request.counterfactual,
         )
 
     def _draft_step(self, method: str) -> CompiledDraftStep | None:
@@ -371,8 +375,15 @@ class Engine:
         return self._compiled_steps[method]
 
     def _fill_text(self, block: Block) -> None:
-        for token in [*block.drafts, *([block.extra] if block.extra else [])]:
+        """Fill in the text of every token of a block: its events, their explainer candidates and its
+        counterfactual's tokens."""
+        tokens = [*block.drafts, *([block.extra] if block.extra else [])]
+        if block.counterfactual is not None:
+            tokens += block.counterfactual.drafts
+        for token in tokens:
             token.text = self._token_text(token.token_id)
+            for candidate in [*token.target_top, *token.draft_top, *getattr(token, "residual_top", [])]:
+                candidate.text = self._token_text(candidate.token_id)
 
     def _decode_one(self, token_id: int) -> str:
         return display_text(self.tokenizer.decode([token_id]))

@@ -11,6 +11,9 @@ are those of the model's own sliding-window attention.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 from torch import nn
 from transformers import DynamicCache
 
@@ -20,3 +23,19 @@ def rollback_cache(model: nn.Module) -> DynamicCache:
     cache = DynamicCache(config=model.config)
     cache.activate_past_recording()
     return cache
+
+
+def cached_forward(
+    model: nn.Module, ids: Sequence[int], cache: DynamicCache, last_only: bool
+) -> torch.Tensor:
+    """Cached forward of a few new tokens. Returns logits [T, V] (or [1, V] when last_only)."""
+    device = model.get_input_embeddings().weight.device
+    input_ids = torch.tensor([list(ids)], device=device)  # [1, T]
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    return out.logits[0]
+
+
+def crop_to(cache: DynamicCache, length: int) -> None:
+    """Roll a rollback cache back to its first `length` tokens (also at 0 surplus: sliding-window
+    layers trim back to their window)."""
+    cache.crop(-max(cache.get_seq_length() - length, 0))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from sd2.trace import Block, BlockKind
+from sd2.stats import mean_interval
+from sd2.trace import Block, BlockKind, SteeringOutcome
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -71,6 +72,47 @@ def forward_ceiling(
 
 
 @dataclass
+class SteeringGain:
+    """Steered against unsteered drafts of the same blocks (docs/metrics.md#steering-gain): the mean
+    expected accepted drafts per block of each, their paired difference with a 95 % t interval over
+    blocks, and how many blocks steering won, tied and lost."""
+
+    n_blocks: int  # speculative blocks with a counterfactual
+    steered: float  # mean expected accepted drafts per block, the run's steered drafts
+    unsteered: float  # the same for the unsteered counterfactual drafts
+    gain: float  # mean paired difference steered − unsteered
+    low: float | None  # its 95 % interval; None with a single block
+    high: float | None
+    won: int
+    tied: int
+    lost: int
+
+
+def steering_gain(blocks: Sequence[Block]) -> SteeringGain | None:
+    """The run's steering gain over its blocks that carry a counterfactual; None when none does.
+
+    Every such block counts, also one cut by a stop token or the length limit: both drafts of a block
+    have the same length and are judged by the same verifier, so each block is a fair pair.
+    """
+    pairs = [b.counterfactual for b in blocks if b.counterfactual is not None]
+    if not pairs:
+        return None
+    interval = mean_interval([c.gain for c in pairs])
+    outcomes = [c.outcome for c in pairs]
+    return SteeringGain(
+        n_blocks=len(pairs),
+        steered=sum(c.steered_expected_accepted for c in pairs) / len(pairs),
+        unsteered=sum(c.expected_accepted for c in pairs) / len(pairs),
+        gain=interval.mean,
+        low=interval.low,
+        high=interval.high,
+        won=outcomes.count(SteeringOutcome.WON),
+        tied=outcomes.count(SteeringOutcome.TIED),
+        lost=outcomes.count(SteeringOutcome.LOST),
+    )
+
+
+@dataclass
 class GenerationMetrics:
     """Everything measured about one generation. Conventions in each field's comment."""
 
@@ -92,6 +134,8 @@ class GenerationMetrics:
     verify_ms: float | None  # mean time of one verifier forward after the prefill
     cost_ratio: float | None  # c = drafter_step_ms / verify_ms, measured in this run
     speedup_ceiling: float | None  # S(α̂, k̄, c), k̄ the mean drafts per complete block; see `speedup_ceiling`
+    counterfactual_ms: float = 0.0  # time spent on counterfactuals, left out of decode_ms and tokens/s
+    steering_gain: SteeringGain | None = None  # see `steering_gain`; None without counterfactuals
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +146,8 @@ def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> 
     (DecodeConfig.max_k), the histogram's length.
 
     wall_ms: measured wall time of the whole decode (prefill included). Without it the block
-    timings are summed, which misses the time spent between blocks.
+    timings are summed, which misses the time spent between blocks. Time spent on counterfactuals
+    (`BlockTimings.counterfactual_ms`) is not decoding: it is taken out of wall_ms.
     """
     decode = [b for b in blocks if b.kind is not BlockKind.PREFILL]
     judged = [b for b in _judged_blocks(blocks) if b.kind is BlockKind.SPECULATIVE]
@@ -112,7 +157,11 @@ def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> 
     alpha_hat = _mean([o for b in blocks for o in b.overlaps])
     n_tokens = sum(len(b.emitted) for b in blocks)
     prefill_ms = sum(b.timings.total_ms for b in blocks if b.kind is BlockKind.PREFILL)
-    decode_ms = wall_ms - prefill_ms if wall_ms is not None else sum(b.timings.total_ms for b in decode)
+    counterfactual_ms = sum(b.timings.counterfactual_ms for b in blocks)
+    if wall_ms is not None:
+        decode_ms = wall_ms - counterfactual_ms - prefill_ms
+    else:
+        decode_ms = sum(b.timings.total_ms for b in decode)
     draft_steps = sum(b.k for b in decode)
     drafter_step_ms = sum(b.timings.draft_ms for b in decode) / draft_steps if draft_steps else None
     verify_ms = _mean([b.timings.verify_ms for b in decode])
@@ -138,4 +187,6 @@ def summarize(blocks: Sequence[Block], k: int, wall_ms: float | None = None) -> 
         verify_ms=verify_ms,
         cost_ratio=cost_ratio,
         speedup_ceiling=ceiling,
+        counterfactual_ms=counterfactual_ms,
+        steering_gain=steering_gain(blocks),
     )

@@ -58,6 +58,24 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+class Picker:
+    """Chooses a token from logits under a run's warp, and reports its trace probability."""
+
+    def __init__(self, warp: Warp, generator: torch.Generator):
+        self.warp, self.generator = warp, generator
+
+    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """logits: [V] → (token, probs [V]) where probs is the rule's distribution (one-hot if greedy)."""
+        probs = warp_probs(logits, self.warp)
+        if self.warp.greedy:
+            return int(logits.argmax()), probs
+        return sample(probs, self.generator), probs
+
+    def trace_probs(self, logits: torch.Tensor, rule_probs: torch.Tensor) -> torch.Tensor:
+        """What the trace shows: the rule's probabilities, or the plain softmax when greedy."""
+        return torch.softmax(logits.float(), dim=-1) if self.warp.greedy else rule_probs
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Outcome of judging one block of drafts."""
@@ -110,6 +128,36 @@ def greedy_verdict(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> V
     mismatch = (draft_tokens != target_argmax[:k]).nonzero()
     n_accepted = int(mismatch[0]) if mismatch.numel() else k
     return Verdict(n_accepted, int(target_argmax[n_accepted]))
+
+
+def acceptance_survival(
+    draft_tokens: torch.Tensor,  # [K] drafted ids
+    draft_probs: torch.Tensor,  # [K, V] the drafter's rule distribution q at each step
+    target_probs: torch.Tensor,  # [≥K, V] the verifier's rule distribution p at each drafted position
+) -> torch.Tensor:
+    """P(drafts 1..j all accepted) = Π_{i≤j} min(1, p_i(d_i) / q_i(d_i)) for j = 1..K: [K] float64.
+
+    Its sum is the draft's expected accepted length under Leviathan's rule; at T = 0 (one-hot p and q)
+    every factor is 1 or 0, so the sum counts the leading argmax matches exactly.
+    """
+    k = draft_tokens.shape[0]
+    positions = torch.arange(k)
+    tokens = draft_tokens.to(target_probs.device)
+    p = target_probs[positions, tokens].double()  # [K]
+    q = draft_probs.to(target_probs.device)[positions, tokens].double()  # [K]; > 0: d_i was drawn from q_i
+    ratio = torch.where(q > 0, (p / q.clamp(min=1e-300)).clamp(max=1.0), torch.ones_like(p))
+    return ratio.cumprod(0).cpu()
+
+
+def top_tokens(probs: torch.Tensor, n: int) -> list[tuple[int, float]]:
+    """A row's n most likely tokens with their probabilities, zeros left out. probs: [V]."""
+    values, ids = torch.topk(probs.float(), min(n, probs.shape[-1]))
+    return [(int(i), float(v)) for v, i in zip(values.tolist(), ids.tolist(), strict=True) if v > 0]
+
+
+def rank_of(probs: torch.Tensor, token: int) -> int:
+    """The token's rank in a row (1 = most likely; ties share the best rank). probs: [V]."""
+    return int((probs > probs[token]).sum()) + 1
 
 
 def overlap(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:

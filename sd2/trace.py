@@ -39,16 +39,45 @@ def counts_for_tau(kind: BlockKind | str, complete: bool) -> bool:
     return complete and kind in (BlockKind.SPECULATIVE, BlockKind.VERIFIER)
 
 
+class SteeringOutcome(StrEnum):
+    """A block's steered draft against its unsteered counterfactual, by expected accepted length."""
+
+    WON = "won"  # the steered draft expected more accepted tokens
+    TIED = "tied"  # equal (within TIE_TOLERANCE)
+    LOST = "lost"  # the unsteered draft expected more
+
+
+TIE_TOLERANCE = 1e-6  # expected accepted lengths closer than this are a tie (rounding of p / q)
+TOP_N = 5  # how many of a distribution's most likely tokens a judged position keeps (the explainer)
+
+
+@dataclass
+class Candidate:
+    """One of a distribution's most likely tokens, as the rejection explainer shows it."""
+
+    token_id: int
+    prob: float
+    text: str = ""
+
+
 @dataclass
 class TokenEvent:
     """One token in a block. Probabilities are the warped distributions the acceptance rule used,
-    except at T = 0, where the rule compares argmaxes and these are plain softmax (T = 1) values."""
+    except at T = 0, where the rule compares argmaxes and these are plain softmax (T = 1) values.
+
+    The explainer fields are filled at judged positions of speculative blocks (each draft up to the
+    first rejection, and the extra token); elsewhere they stay empty."""
 
     token_id: int
     status: TokenStatus
     draft_prob: float | None  # q(token); None for the extra token (not drafted)
     target_prob: float | None  # p(token); None for discarded drafts past a cut
     text: str = ""
+    target_rank: int | None = None  # the token's rank under p (1 = the verifier's most likely)
+    target_top: list[Candidate] = field(default_factory=list)  # the verifier's TOP_N at this position
+    draft_top: list[Candidate] = field(default_factory=list)  # the drafter's TOP_N (drafts only)
+    # a resampled token's law norm(max(0, p − q)) at the rejected position, its TOP_N non-zero entries
+    residual_top: list[Candidate] = field(default_factory=list)
 
     @property
     def emitted(self) -> bool:
@@ -57,12 +86,54 @@ class TokenEvent:
 
 @dataclass
 class BlockTimings:
-    """Wall-clock milliseconds spent in each phase of a block."""
+    """Wall-clock milliseconds spent in each phase of a block. `total_ms` is the block's own time;
+    `counterfactual_ms`, spent on the unsteered counterfactual, is apart from it and from every speed
+    figure (it is not part of decoding)."""
 
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     steer_ms: float = 0.0
     total_ms: float = 0.0
+    counterfactual_ms: float = 0.0
+
+
+@dataclass
+class CounterfactualToken:
+    """One token the unsteered drafter would have drafted, and what the verifier makes of it."""
+
+    token_id: int
+    draft_prob: float  # q(token) under the unsteered drafter (shown as TokenEvent.draft_prob is)
+    target_prob: float  # p(token) under the verifier after the counterfactual draft's own prefix
+    survival: float  # P(this and every earlier draft accepted) = Π_{i≤j} min(1, p_i/q_i) under the rule
+    status: TokenStatus | None  # at T = 0 what it would have got (accepted/rejected/discarded); else None
+    text: str = ""
+    target_rank: int | None = None  # its rank under p
+    target_top: list[Candidate] = field(default_factory=list)  # the verifier's TOP_N at this position
+    draft_top: list[Candidate] = field(default_factory=list)  # the unsteered drafter's TOP_N
+
+
+@dataclass
+class Counterfactual:
+    """What the same drafter with its steering off would have proposed from the block's committed
+    prefix, with as many drafts, and how the verifier would have judged it (docs/trace.md)."""
+
+    drafts: list[CounterfactualToken]
+    accepted: int | None  # T = 0: its leading argmax matches, exact; None at T > 0
+    expected_accepted: float  # Σ_j Π_{i≤j} min(1, p_i/q_i) of the counterfactual draft
+    steered_expected_accepted: float  # the same for the block's own (steered) draft
+    outcome: SteeringOutcome  # steered against unsteered, by expected accepted length
+
+    @property
+    def gain(self) -> float:
+        """Expected accepted drafts that steering added in this block (negative: it lost some)."""
+        return self.steered_expected_accepted - self.expected_accepted
+
+
+def steering_outcome(steered: float, unsteered: float) -> SteeringOutcome:
+    """Won / tied / lost by expected accepted length (exact counts at T = 0)."""
+    if abs(steered - unsteered) <= TIE_TOLERANCE:
+        return SteeringOutcome.TIED
+    return SteeringOutcome.WON if steered > unsteered else SteeringOutcome.LOST
 
 
 @dataclass
@@ -86,6 +157,7 @@ class Block:
     layer_bias_norms: list[float] = field(default_factory=list)  # ‖bias_l‖ per steered layer
     timings: BlockTimings = field(default_factory=BlockTimings)
     draft_stop: DraftStop | None = None  # why drafting ended; None for prefill and verifier steps
+    counterfactual: Counterfactual | None = None  # the unsteered draft's record, when the run asked for it
 
     @property
     def emitted(self) -> list[TokenEvent]:
