@@ -75,6 +75,17 @@ def tiny_llama(
     return LlamaForCausalLM(config).eval()
 
 
+def peaky_llama(vocab_size: int, seed: int, hidden: int, layers: int) -> LlamaForCausalLM:
+    """A random Llama over a small vocabulary with a large-variance LM head: peaky distributions that
+    differ from model to model, so acceptance is neither certain nor hopeless."""
+    model = tiny_llama(vocab_size=vocab_size, hidden=hidden, layers=layers, ffn=2 * hidden, seed=seed)
+    model.config.tie_word_embeddings = False
+    model.lm_head = torch.nn.Linear(hidden, vocab_size, bias=False)
+    torch.manual_seed(seed + 100)
+    torch.nn.init.normal_(model.lm_head.weight, std=1.5)
+    return model.eval()
+
+
 def tiny_mistral(
     hidden: int = 64, layers: int = 2, seed: int = 0, sliding_window: int = 8
 ) -> MistralForCausalLM:

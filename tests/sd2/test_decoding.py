@@ -14,7 +14,7 @@ from sd2.metrics import summarize
 from sd2.sampling import Verdict
 from sd2.steering import new_head_for
 from sd2.trace import DraftStop, TokenStatus
-from tests.tiny import tiny_llama, tiny_mistral
+from tests.tiny import peaky_llama, tiny_mistral
 
 PROMPT = [1, 40, 17, 99, 3, 250]
 NO_STOP = frozenset()
@@ -102,19 +102,10 @@ def test_trace_statuses_and_metric_identities(verifier, drafters):
 SMALL_V = 8
 
 
-def _peaky_llama(seed: int, hidden: int, layers: int):
-    model = tiny_llama(vocab_size=SMALL_V, hidden=hidden, layers=layers, ffn=2 * hidden, seed=seed)
-    model.config.tie_word_embeddings = False
-    model.lm_head = torch.nn.Linear(hidden, SMALL_V, bias=False)
-    torch.manual_seed(seed + 100)
-    torch.nn.init.normal_(model.lm_head.weight, std=1.5)  # peaky, model-specific distributions
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def small_pair():
-    verifier = _peaky_llama(0, hidden=16, layers=2)
-    drafter = _peaky_llama(1, hidden=16, layers=1)
+    verifier = peaky_llama(SMALL_V, 0, hidden=16, layers=2)
+    drafter = peaky_llama(SMALL_V, 1, hidden=16, layers=1)
     head = new_head_for(verifier, drafter)
     with torch.no_grad():
         head.w_s.normal_(0, 2.0)

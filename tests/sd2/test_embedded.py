@@ -67,3 +67,21 @@ def test_our_verifier_loop_matches_transformers_generate(engine):
             pad_token_id=2,
         )
     assert ours.token_ids == hf[0, len(ids) :].tolist()[: len(ours.token_ids)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_shipped_sd2_counterfactual_keeps_the_output_and_records_every_block(engine, temperature):
+    """On the real pair (the shipped sd2 drafter, reduced draft vocabulary): the same tokens with and
+    without the counterfactual, a record in every drafted block, texts filled in for the UI."""
+    decode = DecodeConfig(k=4, temperature=temperature, seed=11, max_new_tokens=24)
+    request = GenerateRequest(prompt=PROMPT, method="sd2", decode=decode)
+    plain = engine.generate(request)
+    probed = engine.generate(GenerateRequest(prompt=PROMPT, method="sd2", decode=decode, counterfactual=True))
+    assert probed.token_ids == plain.token_ids
+    drafted = [b for b in probed.blocks if b.k > 0]
+    assert drafted and all(b.counterfactual is not None for b in drafted)
+    assert all(t.text for b in drafted for t in b.counterfactual.drafts)
+    assert all(c.text for b in drafted for t in b.drafts for c in t.target_top)
+    gain = probed.metrics.steering_gain
+    assert gain.n_blocks == len(drafted) and gain.won + gain.tied + gain.lost == gain.n_blocks
+    assert plain.metrics.steering_gain is None and probed.metrics.counterfactual_ms > 0
