@@ -9,13 +9,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV, DTYPE_CHOICES, DTYPE_ENV
+
 if TYPE_CHECKING:
     from sd2.engine import Engine
-
-DTYPE_CHOICES = ("auto", "bf16", "fp32")
-DTYPE_ENV = "SD2_DTYPE"
-DRAFT_STEP_CHOICES = ("auto", "eager", "compiled")  # resolved by sd2.draft_step.resolve_draft_step
-DRAFT_STEP_ENV = "SD2_DRAFT_STEP"
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:

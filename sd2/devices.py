@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from sd2.cli_args import DTYPE_CHOICES, DTYPE_ENV
+from sd2.choices import DTYPE_CHOICES, DTYPE_ENV
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}  # keys: DTYPE_CHOICES without auto
 _NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})

@@ -31,7 +31,7 @@ from torch import nn
 from transformers import StaticCache
 
 from sd2.architecture import decoder_layers, mlp
-from sd2.cli_args import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV
+from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV
 from sd2.kv_cache import rollback_cache
 from sd2.steering import steered
 

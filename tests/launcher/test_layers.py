@@ -126,3 +126,40 @@ def test_the_facade_checker_sees_a_reach_through_an_attribute_chain(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("a = engine.verifier\nb = services.host.engine.drafters\nc = engine.drafter('x')\n")
     assert _engine_internals_used(module) == [(1, "verifier"), (2, "drafters")]
+
+
+# the command-line modules of sd2: they may import the engine, never the other way round
+CLI_MODULES = {
+    "sd2.cli",
+    "sd2.cli_args",
+    "sd2.__main__",
+    "sd2.bench.command",
+    "sd2.data.cli",
+    "sd2.train.cli",
+}
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_no_engine_module_imports_a_command_line_module():
+    """The CLI's choices live in the torch-free sd2.choices, so the engine's modules need no CLI module
+    (this was once a circle: sd2.devices and sd2.draft_step → sd2.cli_args → sd2.engine)."""
+    assert {_module_name(path) for path in _modules("sd2")} >= CLI_MODULES  # the list is not stale
+    violations = [
+        f"{_module_name(path)} imports {sorted(_imported_modules(path) & CLI_MODULES)}"
+        for path in _modules("sd2")
+        if _module_name(path) not in CLI_MODULES and _imported_modules(path) & CLI_MODULES
+    ]
+    assert not violations
