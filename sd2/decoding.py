@@ -213,12 +213,13 @@ class SpeculativeDecoder:
             stop = DraftStop.CONFIDENCE
         draft_ms = _ms(start)
         # (the counterfactual, timed apart: before the verify, while the verifier cache holds the prefix)
-        counterfactual_start, twin_draft = time.perf_counter(), None
+        twin_draft, counterfactual_ms = None, 0.0
         if self.twin is not None and draft_tokens.shape[0] > 0:
+            counterfactual_start = time.perf_counter()
             twin_draft = self.twin.propose(
                 self.tokens, n_pending, draft_tokens.shape[0], generator_state, self.verifier_cache
             )
-        counterfactual_ms = _ms(counterfactual_start)
+            counterfactual_ms = _ms(counterfactual_start)
         # 2. verify
         verify_start = time.perf_counter()
         target_logits, states = self._verify(draft_tokens)  # [K+1, V]

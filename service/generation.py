@@ -72,6 +72,7 @@ def prepare(body: DecodeSettings, method: str, settings: Settings) -> GenerateRe
         method=method,
         decode=decode,
         steering=body.steering,
+        counterfactual=body.counterfactual,
         chat=body.chat,
     )
 

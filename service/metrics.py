@@ -7,7 +7,9 @@ The speculative counters follow vLLM's spec-decode counters (num_drafts, num_dra
 num_accepted_tokens, num_accepted_tokens_per_pos) and are derived from the Blocks themselves, with
 sd2's own rule of which blocks are judged (`Block.counts_for_tau`: complete speculative blocks), so a
 succeeded run adds exactly its `metrics.drafted` / `metrics.accepted` (sd2.metrics, docs/metrics.md).
-Names carry the `sd2_` prefix and their unit (`_seconds`, `_total`).
+The steering outcome counter counts the blocks that carry an unsteered counterfactual (runs asked with
+`counterfactual: true`) by won / tied / lost, so a succeeded run adds exactly its
+`metrics.steering_gain` counts. Names carry the `sd2_` prefix and their unit (`_seconds`, `_total`).
 """
 
 from __future__ import annotations
@@ -131,6 +133,15 @@ class ServiceMetrics:
             registry=registry,
         )
 
+        # Steering against its counterfactual, per method (blocks that carry one)
+        self.steering_blocks = Counter(
+            "sd2_steering_blocks_total",
+            "Blocks with an unsteered counterfactual (requests with counterfactual: true), by outcome: won, "
+            "tied or lost (steered against unsteered, by expected accepted drafts)",
+            ("method", "outcome"),
+            registry=registry,
+        )
+
     def watch(self, admission: Admission) -> None:
         """Read the queue gauges from `admission` at each scrape (nothing to keep in step)."""
         self.queue_depth.set_function(lambda: admission.admitted)
@@ -171,6 +182,8 @@ class GenerationProbe:
             self._last_token = now  # a block that emitted nothing leaves its time to the next one's tokens
         if block.kind is BlockKind.SPECULATIVE and block.counts_for_tau:
             self._speculative(block)
+        if block.counterfactual is not None:  # every such block, cut ones too, as steering_gain counts
+            self._metrics.steering_blocks.labels(self._method, str(block.counterfactual.outcome)).inc()
 
     def _speculative(self, block: Block) -> None:
         metrics, method = self._metrics, self._method

@@ -87,6 +87,9 @@ class BlockRow(Base):
     steer_ms: Mapped[float] = mapped_column(Float)
     total_ms: Mapped[float] = mapped_column(Float)
     draft_stop: Mapped[str | None] = mapped_column(String(16))  # sd2.trace.DraftStop (schema v4; NULL before)
+    # sd2.trace.Counterfactual as a plain dict, when the run asked for it (schema v6; NULL without one)
+    counterfactual: Mapped[dict | None] = mapped_column()
+    counterfactual_ms: Mapped[float | None] = mapped_column(Float)  # schema v6; NULL before, read as 0.0
 
     run: Mapped[Run] = relationship(back_populates="blocks")
     events: Mapped[list[TokenEventRow]] = relationship(
@@ -112,6 +115,11 @@ class TokenEventRow(Base):
     status: Mapped[str] = mapped_column(String(16))  # accepted | rejected | discarded | resampled | bonus
     draft_prob: Mapped[float | None] = mapped_column(Float)
     target_prob: Mapped[float | None] = mapped_column(Float)
+    # The rejection explainer (schema v6; NULL before, read back as None and [])
+    target_rank: Mapped[int | None] = mapped_column()
+    target_top: Mapped[list | None] = mapped_column()  # sd2.trace.Candidate dicts
+    draft_top: Mapped[list | None] = mapped_column()
+    residual_top: Mapped[list | None] = mapped_column()
 
     block: Mapped[BlockRow] = relationship(back_populates="events")
 

@@ -114,6 +114,12 @@ class DecodeKnobs(BaseModel):
         DECODE_DEFAULTS.seed, ge=0, lt=2**63, description="seeds the run's one torch.Generator; null = fresh"
     )
     steering: bool = Field(True, description="use the drafter's SD² head when it has one")
+    counterfactual: bool = Field(
+        False,
+        description="record each steered block's unsteered counterfactual (`blocks[].counterfactual`, "
+        "`metrics.steering_gain`); the output is the same, its time is left out of the speed figures. "
+        "Only steered runs get one",
+    )
 
     @field_validator("k", mode="wrap")
     @classmethod
@@ -183,12 +189,35 @@ class CompareIn(DecodeSettings):
         return self
 
 
+class CandidateOut(BaseModel):
+    """One of a distribution's most likely tokens (sd2.trace.Candidate)."""
+
+    token_id: int
+    prob: float
+    text: str
+
+
+EXPLAINER = "filled at judged positions of speculative blocks; empty elsewhere and in runs stored before it"
+
+
 class TokenEventOut(BaseModel):
     token_id: int
     status: Literal["accepted", "rejected", "discarded", "resampled", "bonus"]
     draft_prob: float | None
     target_prob: float | None
     text: str
+    target_rank: int | None = Field(
+        None, description="its rank under the verifier (1 = most likely); " + EXPLAINER
+    )
+    target_top: list[CandidateOut] = Field(
+        default_factory=list, description="the verifier's top 5; " + EXPLAINER
+    )
+    draft_top: list[CandidateOut] = Field(
+        default_factory=list, description="the drafter's top 5 (drafts only)"
+    )
+    residual_top: list[CandidateOut] = Field(
+        default_factory=list, description="a resampled token's law norm(max(0, p − q)), its top 5"
+    )
 
 
 class TimingsOut(BaseModel):
@@ -196,6 +225,33 @@ class TimingsOut(BaseModel):
     verify_ms: float
     steer_ms: float
     total_ms: float
+    counterfactual_ms: float = Field(0.0, description="spent on the counterfactual, apart from total_ms")
+
+
+class CounterfactualTokenOut(BaseModel):
+    """A token the unsteered drafter would have drafted (sd2.trace.CounterfactualToken)."""
+
+    token_id: int
+    draft_prob: float
+    target_prob: float
+    survival: float = Field(description="P(this and every earlier draft accepted) = Π min(1, p/q)")
+    status: Literal["accepted", "rejected", "discarded"] | None = Field(
+        description="what it would have got at T = 0; null at T > 0"
+    )
+    text: str
+    target_rank: int | None
+    target_top: list[CandidateOut]
+    draft_top: list[CandidateOut]
+
+
+class CounterfactualOut(BaseModel):
+    """The block's unsteered counterfactual (sd2.trace.Counterfactual, docs/trace.md)."""
+
+    drafts: list[CounterfactualTokenOut]
+    accepted: int | None = Field(description="T = 0: its drafts the verifier would have accepted; else null")
+    expected_accepted: float = Field(description="Σ_j Π_{i≤j} min(1, p_i/q_i) of the unsteered draft")
+    steered_expected_accepted: float = Field(description="the same for the block's own, steered draft")
+    outcome: Literal["won", "tied", "lost"] = Field(description="steered against unsteered")
 
 
 class BlockOut(BaseModel):
@@ -213,8 +269,25 @@ class BlockOut(BaseModel):
     draft_stop: Literal["k", "confidence", "length"] | None = Field(
         None, description="why drafting ended: the block's k, the confidence threshold, or the length limit"
     )
+    counterfactual: CounterfactualOut | None = Field(
+        None, description="the unsteered counterfactual, in a steered run asked with `counterfactual: true`"
+    )
     n_emitted: int
     counts_for_tau: bool = Field(description="whether τ averages over this block (docs/metrics.md)")
+
+
+class SteeringGainOut(BaseModel):
+    """sd2.metrics.SteeringGain (docs/metrics.md#steering-gain)."""
+
+    n_blocks: int
+    steered: float
+    unsteered: float
+    gain: float
+    low: float | None
+    high: float | None
+    won: int
+    tied: int
+    lost: int
 
 
 class MetricsOut(BaseModel):
@@ -238,6 +311,8 @@ class MetricsOut(BaseModel):
     verify_ms: float | None
     cost_ratio: float | None
     speedup_ceiling: float | None
+    counterfactual_ms: float = 0.0  # runs stored before it existed spent none
+    steering_gain: SteeringGainOut | None = Field(None, description="null without counterfactuals")
 
 
 class ConfigOut(BaseModel):

@@ -27,6 +27,9 @@ CSV_COLUMNS = (
     "status",
     "draft_prob",
     "target_prob",
+    "target_rank",
+    "source",  # "trace": the block's token events; "counterfactual": its unsteered counterfactual's drafts
+    "survival",  # counterfactual rows: P(this and every earlier draft accepted); empty on trace rows
 )
 
 
@@ -70,7 +73,7 @@ async def get_run(run_id: RunId, services: ServicesDep):
 
 @router.get(
     "/runs/{run_id}/export",
-    summary="Download a run as JSON (everything) or CSV (one row per token event)",
+    summary="Download a run as JSON (everything) or CSV (one row per token event and counterfactual draft)",
     responses={200: {"content": {"application/json": {}, "text/csv": {}}}},
 )
 async def export_run(
@@ -86,14 +89,18 @@ async def export_run(
 
 
 def _csv(run: dict) -> str:
+    """Per block, its token events (drafts, then the extra token), then its counterfactual's drafts."""
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_COLUMNS)
     for block in run["blocks"]:
         tokens = [*block["drafts"], *([block["extra"]] if block["extra"] else [])]
-        for position, t in enumerate(tokens):
-            row = (block["index"], block["kind"], position, t["token_id"], t["text"], t["status"])
-            writer.writerow((*row, t["draft_prob"], t["target_prob"]))
+        counterfactual = block["counterfactual"]["drafts"] if block["counterfactual"] else []
+        for source, rows in (("trace", tokens), ("counterfactual", counterfactual)):
+            for position, t in enumerate(rows):
+                row = (block["index"], block["kind"], position, t["token_id"], t["text"], t["status"])
+                probs = (t["draft_prob"], t["target_prob"], t["target_rank"])
+                writer.writerow((*row, *probs, source, t.get("survival")))
     return out.getvalue()
 
 

@@ -9,6 +9,8 @@ store: test_failures.py (SQLite) and test_postgres.py (PostgreSQL).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import sqlite3
@@ -80,6 +82,19 @@ def test_a_file_written_by_sd2_at_schema_version_1_is_upgraded_and_served(settin
             assert (run["text"], run["token_ids"]) == (run_text, json.loads(token_ids))
             assert run["precision"] is None  # v3's column: unknown for an old run
             assert {block["draft_stop"] for block in run["blocks"]} == {None}  # v4's column, likewise
+            # v6's columns: no counterfactual, none of its time, no explainer (NULL read as the defaults)
+            assert {(b["counterfactual"], b["timings"]["counterfactual_ms"]) for b in run["blocks"]} == {
+                (None, 0.0)
+            }
+            events = [e for b in run["blocks"] for e in [*b["drafts"], *([b["extra"]] if b["extra"] else [])]]
+            assert events and {
+                (e["target_rank"], len(e["target_top"]), len(e["draft_top"]), len(e["residual_top"]))
+                for e in events
+            } == {(None, 0, 0, 0)}
+            exported = client.get(f"/runs/{run_id}/export", params={"format": "csv"}).text
+            rows = list(csv.DictReader(io.StringIO(exported)))
+            assert [r["token_id"] for r in rows] == [str(e["token_id"]) for e in events]
+            assert {(r["source"], r["target_rank"], r["survival"]) for r in rows} == {("trace", "", "")}
         assert client.get("/benchmarks").json()["total"] == 0  # v2's table
         new = client.post("/generate", json={"prompt": PROMPT, "method": "tiny", "max_new_tokens": 8}).json()
         assert client.get(f"/runs/{new['run_id']}").json()["precision"] is not None
@@ -102,13 +117,17 @@ def test_the_migrated_schema_is_the_orm(store_url):
 
 
 def test_the_comparison_with_the_orm_sees_a_missing_revision(store_url):
-    """The negative control of the test above: one revision short, the ORM's job lease columns are
-    missing."""
+    """The negative control of the test above: one revision short, the ORM's counterfactual and
+    explainer columns are missing."""
     db = Database(store_url)
-    _upgrade_to(db, "0004")
+    _upgrade_to(db, "0005")
     assert sorted((d[0], d[2], d[3].name) for d in _differences(db.engine)) == [
-        ("add_column", "training_jobs", "lease_until"),
-        ("add_column", "training_jobs", "replica"),
+        ("add_column", "blocks", "counterfactual"),
+        ("add_column", "blocks", "counterfactual_ms"),
+        ("add_column", "token_events", "draft_top"),
+        ("add_column", "token_events", "residual_top"),
+        ("add_column", "token_events", "target_rank"),
+        ("add_column", "token_events", "target_top"),
     ]
     db.dispose()
 
@@ -177,7 +196,7 @@ def _legacy_database(url: str, version: int) -> None:
     db.dispose()
 
 
-@pytest.mark.parametrize("version", [2, 3, 4])
+@pytest.mark.parametrize("version", [2, 3, 4, 5])
 def test_a_legacy_database_is_stamped_at_its_version_then_upgraded(store_url, version):
     _legacy_database(store_url, version)
     db = Database(store_url)
@@ -222,7 +241,8 @@ def test_the_downgrades_drop_their_columns_and_keep_the_rows(store_url):
     _downgrade_to(db, "0002")
     with db.engine.connect() as conn:
         assert "precision" not in {c["name"] for c in inspect(conn).get_columns("runs")}
-        assert "draft_stop" not in {c["name"] for c in inspect(conn).get_columns("blocks")}
+        assert not {"draft_stop", "counterfactual"} & {c["name"] for c in inspect(conn).get_columns("blocks")}
+        assert "target_top" not in {c["name"] for c in inspect(conn).get_columns("token_events")}
         counts = [
             conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar()
             for t in ("runs", "blocks", "token_events")

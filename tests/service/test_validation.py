@@ -44,6 +44,8 @@ def _fields(response) -> list[str]:
         ({**OK, "prompt": None, "messages": [{"role": "robot", "content": "hi"}]}, 422, "role"),
         ({**OK, "prompt": None, "messages": []}, 422, "messages"),
         ({**OK, "prompt_set": "../x"}, 422, "prompt_set"),
+        ({**OK, "counterfactual": "true"}, 422, "counterfactual"),  # strict: no "true" → True
+        ({**OK, "counterfactual": 1}, 422, "counterfactual"),
     ],
 )
 def test_bad_generate_input_is_rejected_naming_the_field_and_writes_nothing(
@@ -106,3 +108,24 @@ def test_bad_query_and_path_parameters(client):
     assert client.get("/runs/abc").status_code == 422
     assert client.get("/runs/999").status_code == 404
     assert client.get("/train/999").status_code == 404
+
+
+@pytest.mark.parametrize("bad", ["true", 1, None, [True]])
+def test_a_counterfactual_that_is_not_a_boolean_is_refused_by_every_generation_route(client, settings, bad):
+    """`counterfactual` is a request field of /generate and /compare and an SD² extension field of the /v1
+    routes: a non-boolean gets 422 naming it (and, on /v1, OpenAI's `param`), and nothing is stored."""
+    model = client.get("/v1/models").json()["data"][0]["id"]
+    chat = [{"role": "user", "content": PROMPT}]
+    requests = [
+        ("/generate", {**OK, "counterfactual": bad}),
+        ("/compare", {"prompt": PROMPT, "methods": ["tiny"], "counterfactual": bad}),
+        ("/v1/completions", {"model": model, "prompt": PROMPT, "method": "tiny", "counterfactual": bad}),
+        ("/v1/chat/completions", {"model": model, "messages": chat, "method": "tiny", "counterfactual": bad}),
+    ]
+    for path, body in requests:
+        response = client.post(path, json=body)
+        assert response.status_code == 422, (path, response.text)
+        assert response.json()["detail"][0]["loc"] == ["body", "counterfactual"], (path, response.json())
+        if path.startswith("/v1/"):
+            assert response.json()["error"]["param"] == "counterfactual"
+    assert table_counts(settings) == dict.fromkeys(table_counts(settings), 0)
