@@ -13,13 +13,14 @@ which x_m is not yet in either KV cache:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
 from sd2.counterfactual import UnsteeredTwin
@@ -55,14 +56,77 @@ def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+@dataclass(frozen=True)
+class DraftCall:
+    """A program's request for one drafter step: feed `inputs` (1 or 2 tokens) to `step` under
+    `biases` (drafter layer → [2, F] rows, the last T lining up with the T inputs; empty: unsteered).
+    Its result: the next token's logits [V], or [N] over a reduced draft vocabulary."""
+
+    step: DraftStep
+    inputs: list[int]
+    biases: Mapping[int, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class VerifyCall:
+    """A program's request for one verifier forward of `inputs` on `cache`. Its result: (logits [T, V],
+    or [1, V] when `last_only`; the input states of the `capture` layers stacked, [T, n·D_v], or None).
+    A prefill is not `batchable`: it runs alone, as in a solo run."""
+
+    verifier: nn.Module
+    cache: DynamicCache
+    inputs: list[int]
+    last_only: bool
+    capture: tuple[int, ...] = ()
+    batchable: bool = True
+
+
+Call = DraftCall | VerifyCall
+# A decoding program: yields each model call it needs (and is sent its result) and each finished Block
+# (and is sent None). `run_solo` executes the calls one by one; sd2.batching runs many programs together.
+Program = Generator[Call | Block, object, None]
+
+
+def execute_solo(call: Call):
+    """Run one call on its own: what a single request's decode does."""
+    if isinstance(call, DraftCall):
+        with call.step.steering(call.biases):
+            return call.step.logits(call.inputs)
+    capture = captured_states(call.verifier, call.capture) if call.capture else nullcontext({})
+    with capture as states:
+        logits = cached_forward(call.verifier, call.inputs, call.cache, call.last_only)
+    return logits, stack_features(states, call.capture)[0] if call.capture else None
+
+
+@torch.inference_mode()
+def run_solo(program: Program) -> Iterator[Block]:
+    """Drive one program to its end, executing each of its calls alone; yields its Blocks."""
+    result = None
+    try:
+        while True:
+            item = program.send(result)
+            if isinstance(item, Block):
+                result = None
+                yield item
+            else:
+                result = execute_solo(item)
+    except StopIteration:
+        return
+    finally:
+        program.close()
+
+
 def _stop_index(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in stop_ids), None)
 
 
 class Decoder(Protocol):
-    """One decoding method for one request: `run` yields a trace Block per verifier forward."""
+    """One decoding method for one request: `run` yields a trace Block per verifier forward; `program`
+    is the same decode as a Program, for a driver that batches the model calls of several requests."""
 
     def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]: ...
+
+    def program(self, prompt_ids: Sequence[int]) -> Program: ...
 
 
 @dataclass(frozen=True)
@@ -76,19 +140,29 @@ class VerifierDecoder:
     def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]:
         return verifier_decode(self.verifier, prompt_ids, self.config, self.stop_ids)
 
+    def program(self, prompt_ids: Sequence[int]) -> Program:
+        return verifier_program(self.verifier, prompt_ids, self.config, self.stop_ids)
 
-@torch.inference_mode()
+
 def verifier_decode(
     verifier: nn.Module, prompt_ids: Sequence[int], config: DecodeConfig, stop_ids: frozenset[int]
 ) -> Iterator[Block]:
     """Plain autoregressive decoding of the verifier with its KV cache (the baseline, τ = 1)."""
+    return run_solo(verifier_program(verifier, prompt_ids, config, stop_ids))
+
+
+def verifier_program(
+    verifier: nn.Module, prompt_ids: Sequence[int], config: DecodeConfig, stop_ids: frozenset[int]
+) -> Program:
+    """`verifier_decode` as a Program."""
     device = verifier.get_input_embeddings().weight.device
     picker = Picker(config.warp, make_generator(config.seed, device))
     cache = rollback_cache(verifier)
     inputs, kind = list(prompt_ids), BlockKind.PREFILL
     for index in range(config.max_new_tokens):
         start = time.perf_counter()
-        logits = cached_forward(verifier, inputs, cache, last_only=True)[-1]  # [V]
+        call = VerifyCall(verifier, cache, inputs, last_only=True, batchable=kind is not BlockKind.PREFILL)
+        logits = (yield call)[0][-1]  # [V]
         token, probs = picker.pick(logits)
         p = float(picker.trace_probs(logits, probs)[token])
         verify_ms = _ms(start)
@@ -146,15 +220,18 @@ class SpeculativeDecoder:
             else None
         )
 
-    @torch.inference_mode()
     def run(self, prompt_ids: Sequence[int]) -> Iterator[Block]:
-        first = self._prefill(prompt_ids)
+        return run_solo(self.program(prompt_ids))
+
+    def program(self, prompt_ids: Sequence[int]) -> Program:
+        """The decode as a Program (module docstring's steps 1–5 per block)."""
+        first = yield from self._prefill(prompt_ids)
         yield first
         emitted, done = 1, first.extra.token_id in self.stop_ids
         index = 1
         while not done and emitted < self.config.max_new_tokens:
             k, stop = self._block_k(room=self.config.max_new_tokens - emitted - 1)
-            block = self._block(index, k, stop)
+            block = yield from self._block(index, k, stop)
             self.acceptance.update(block.n_accepted, block.k)
             yield block
             emitted += len(block.emitted)
@@ -170,21 +247,23 @@ class SpeculativeDecoder:
             k = self.config.k
         return (k, DraftStop.K) if k <= room else (room, DraftStop.LENGTH)
 
-    def _prefill(self, prompt_ids: Sequence[int]) -> Block:
+    def _prefill(self, prompt_ids: Sequence[int]) -> Generator[Call, object, Block]:
         """Verifier prefill samples the first token x_m and gives the first steering anchor.
 
         The anchor is the last prompt position, the state that produced x_m, so the first block drafts
         at offsets 1..k like every other block (the official code re-feeds a token and starts at 0).
         """
         start = time.perf_counter()
-        with self._capture() as states:
-            logits = cached_forward(self.verifier, prompt_ids, self.verifier_cache, last_only=True)[-1]  # [V]
+        call = VerifyCall(
+            self.verifier, self.verifier_cache, list(prompt_ids), True, self._capture_layers, batchable=False
+        )
+        logits, features = yield call  # [1, V], [T, n·D_v] or None
+        logits = logits[-1]  # [V]
         token, probs = self.picker.pick(logits)
         verify_ms = _ms(start)
         start = time.perf_counter()
         if self.head is not None:
-            features = stack_features(states, self.head.config.verifier_layers)  # [1, T, n·D_v]
-            self._steer(features[0, len(prompt_ids) - 1])
+            self._steer(features[len(prompt_ids) - 1])
         steer_ms = _ms(start)
         room = self.config.max_new_tokens + self.config.max_k + 1
         self.draft_step.start(prompt_ids, room)  # the prompt is never steered
@@ -196,19 +275,19 @@ class SpeculativeDecoder:
         timings = BlockTimings(verify_ms=verify_ms, steer_ms=steer_ms, total_ms=_ms(start) + verify_ms)
         return Block(0, BlockKind.PREFILL, [], extra, 0, 0, complete=False, timings=timings)
 
-    def _capture(self):
-        if self.head is None:
-            return nullcontext({})
-        return captured_states(self.verifier, self.head.config.verifier_layers)
+    @property
+    def _capture_layers(self) -> tuple[int, ...]:
+        """The verifier layers whose input states the steering head reads (none without a head)."""
+        return tuple(self.head.config.verifier_layers) if self.head is not None else ()
 
-    def _block(self, index: int, k: int, stop: DraftStop) -> Block:
+    def _block(self, index: int, k: int, stop: DraftStop) -> Generator[Call, object, Block]:
         start = time.perf_counter()
         steering_norm = self.steering_norm
         layer_norms = [float(b[-1].norm()) for b in self.biases.values()]
         n_pending = len(self.tokens) - self.draft_step.length
         generator_state = self.picker.generator.get_state() if self.twin is not None else None
         # 1. draft (up to k tokens: the confidence threshold may stop it earlier)
-        draft_tokens, draft_logits, draft_probs = self._draft(k)  # [K], [K, V], [K, V]
+        draft_tokens, draft_logits, draft_probs = yield from self._draft(k)  # [K], [K, V], [K, V]
         if draft_tokens.shape[0] < k:
             stop = DraftStop.CONFIDENCE
         draft_ms = _ms(start)
@@ -222,7 +301,10 @@ class SpeculativeDecoder:
             counterfactual_ms = _ms(counterfactual_start)
         # 2. verify
         verify_start = time.perf_counter()
-        target_logits, states = self._verify(draft_tokens)  # [K+1, V]
+        inputs = [self.tokens[-1], *draft_tokens.tolist()]
+        target_logits, states = yield VerifyCall(
+            self.verifier, self.verifier_cache, inputs, False, self._capture_layers
+        )  # [K+1, V], [K+1, n·D_v] or None
         target_probs = warp_probs(target_logits, self.config.warp)  # [K+1, V]
         # 3. accept
         verdict = self._judge(draft_tokens, draft_probs, target_logits, target_probs)
@@ -232,7 +314,7 @@ class SpeculativeDecoder:
         # 5. steer next block
         steer_start = time.perf_counter()
         if self.head is not None:
-            anchor = states[0, verdict.n_accepted]  # [n·D_v]: the state that produced the extra token
+            anchor = states[verdict.n_accepted]  # [n·D_v]: the state that produced the extra token
             self._steer(anchor)
         steer_ms = _ms(steer_start)
         total_ms = _ms(start) - counterfactual_ms
@@ -248,43 +330,33 @@ class SpeculativeDecoder:
         block.steering_norm, block.layer_bias_norms, block.timings = steering_norm, layer_norms, timings
         return block
 
-    def _draft(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _draft(self, k: int) -> Generator[Call, object, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Propose up to k tokens autoregressively, stopping after a draft whose drafter probability is
         ≤ the confidence threshold. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
         tokens, logit_rows, prob_rows = [], [], []
         inputs = self.tokens[self.draft_step.length :]  # pending: 1 or 2 tokens
         threshold = self.config.draft_threshold
-        with self.draft_step.steering(self.biases):
-            for step in range(k):
-                logits = self.draft_step.logits(inputs)  # [V], or [N] with a reduced draft vocabulary
-                token, probs = self.picker.pick(logits)
-                confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
-                if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
-                    token = int(self.draft_head.token_ids[token])
-                    logits, probs = (
-                        self.draft_head.expand(logits, float("-inf")),
-                        self.draft_head.expand(probs, 0.0),
-                    )
-                tokens.append(token)
-                logit_rows.append(logits)
-                prob_rows.append(probs)
-                inputs = [token]
-                if not confident and step < k - 1:
-                    break
+        for step in range(k):
+            logits = yield DraftCall(self.draft_step, inputs, self.biases)  # [V], or [N] (reduced vocabulary)
+            token, probs = self.picker.pick(logits)
+            confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
+            if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
+                token = int(self.draft_head.token_ids[token])
+                logits, probs = (
+                    self.draft_head.expand(logits, float("-inf")),
+                    self.draft_head.expand(probs, 0.0),
+                )
+            tokens.append(token)
+            logit_rows.append(logits)
+            prob_rows.append(probs)
+            inputs = [token]
+            if not confident and step < k - 1:
+                break
         if not tokens:  # a k = 0 block at the length limit: empty rows on the models' device
             device = self.verifier.get_input_embeddings().weight.device
             empty = torch.empty(0, self.verifier.config.vocab_size, device=device)
             return torch.empty(0, dtype=torch.long), empty, empty
         return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
-
-    def _verify(self, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One verifier forward over [x_m, d_1..d_k]: logits [K+1, V] and features [1, K+1, n·D_v]."""
-        with self._capture() as states:
-            logits = cached_forward(
-                self.verifier, [self.tokens[-1], *draft_tokens.tolist()], self.verifier_cache, False
-            )
-        features = stack_features(states, self.head.config.verifier_layers) if self.head is not None else None
-        return logits, features
 
     def _judge(self, draft_tokens, draft_probs, target_logits, target_probs) -> Verdict:
         if self.config.warp.greedy:
