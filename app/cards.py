@@ -1,4 +1,5 @@
-"""Headline cards (τ, acceptance rate, α̂, tokens/s, speed-up) and small status boxes, as HTML.
+"""Headline cards (τ, acceptance rate, α̂, tokens/s, speed-up, and the steering gain of a run with
+counterfactuals) and small status boxes, as HTML.
 
 Each number carries its convention (docs/metrics.md) in a caption under it.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import html
 from typing import Any
+
+from app.tokens import OUTCOMES
 
 
 def _num(value: Any, digits: int = 2, suffix: str = "") -> str:
@@ -47,8 +50,31 @@ def cards_html(metrics: dict | None, verifier_tps: float | None = None, live: bo
         _card("tokens / s", _num(m.get("tokens_per_s"), 1), "decode, after the first token", "tps"),
         _card("speed-up", _num(speed, 2, "×"), speed_caption, "speedup"),
     ]
+    if m.get("steering_gain"):
+        cards.append(gain_card(m["steering_gain"]))
     state = " sd2-live" if live else ""
     return f'<div class="sd2-cards{state}">{"".join(cards)}</div>'
+
+
+def gain_card(gain: dict) -> str:
+    """The wide card of metrics.steering_gain: "steering gain +0.38 tokens/block [−0.63, +1.39]" with
+    the blocks steering won, tied and lost (docs/metrics.md#steering-gain)."""
+    interval = "" if gain.get("low") is None else f" [{gain['low']:+.2f}, {gain['high']:+.2f}]"
+    counts = " · ".join(
+        f'<span style="color:{colour};">{mark} {gain.get(key, 0)} {key}</span>'
+        for key, (mark, colour, _words) in OUTCOMES.items()
+    )
+    caption = (
+        f"expected accepted drafts per block, steered {gain['steered']:.2f} − unsteered "
+        f"{gain['unsteered']:.2f}, over {gain['n_blocks']} blocks; 95 % interval"
+    )
+    return (
+        f'<div class="sd2-card sd2-card-wide" data-metric="steering_gain">'
+        f'<div class="sd2-card-name">steering gain</div>'
+        f'<div class="sd2-card-value">{gain["gain"]:+.2f} tokens/block{html.escape(interval)}</div>'
+        f'<div class="sd2-outcomes">{counts}</div>'
+        f'<div class="sd2-card-caption">{html.escape(caption)}</div></div>'
+    )
 
 
 def status_html(message: str, kind: str = "info") -> str:

@@ -64,36 +64,45 @@ class Handlers:
             gr.update(choices=["all", *methods], value="all"),
         )
 
+    def counterfactual_default(self, methods: str | list[str] | None) -> Any:
+        """The Counterfactual switch follows the chosen method(s): on for a steered drafter."""
+        try:
+            drafters = self.client.drafters()
+        except ApiError:
+            return SKIP()
+        return gr.update(value=views.counterfactual_default(methods, drafters))
+
     # --- Generate ---------------------------------------------------------------------------------
     def generate(
-        self, prompt, method, k, threshold, temperature, top_p, max_new, seed, steering, keep_chat, chat
-    ) -> Iterator:
+        self, prompt, method, k, threshold, temperature, top_p, max_new, seed, steering, counterfactual,
+        keep_chat, chat,
+    ) -> Iterator:  # fmt: skip
         history = list(chat or []) if keep_chat else []
-        body = {
-            **views.decode_body(prompt, k, threshold, temperature, top_p, max_new, seed, steering, history),
-            "method": method,
-        }
-        yield (
-            trace_html([], "Waiting for the model…"),
-            cards_html(None, live=True),
-            SKIP(),
-            SKIP(),
-            "",
-            SKIP(),
+        decode = views.decode_body(
+            prompt, k, threshold, temperature, top_p, max_new, seed, steering, history, counterfactual
         )
+        body = {**decode, "method": method}
+        yield trace_html([], "Waiting for the model…"), cards_html(None, live=True), *[SKIP()] * 3, "", SKIP()
         try:
             for blocks, summary in views.stream_blocks(self.client, body, self.interval_s):
-                yield self._generation(blocks, summary, prompt, history)
+                yield self._generation(blocks, summary, prompt, history, temperature)
         except ApiError as err:
-            yield SKIP(), cards_html(None), SKIP(), SKIP(), status_html(err.message, "error"), SKIP()
+            yield SKIP(), cards_html(None), *[SKIP()] * 3, status_html(err.message, "error"), SKIP()
 
     def _generation(
-        self, blocks: list[dict], summary: dict | None, prompt: str, history: list[dict]
+        self,
+        blocks: list[dict],
+        summary: dict | None,
+        prompt: str,
+        history: list[dict],
+        temperature: float | None,
     ) -> tuple:
-        trace, acc, steer = trace_html(blocks), plots.acceptance_plot(blocks), plots.steering_plot(blocks)
+        temperature = (summary or {}).get("config", {}).get("temperature", temperature)  # the one that ran
+        trace = trace_html(blocks, temperature=temperature, explain=summary is not None)
+        plotted = plots.acceptance_plot(blocks), plots.steering_plot(blocks), plots.steering_gain_plot(blocks)
         if summary is None:
             live = status_html(f"decoding… {len(blocks)} blocks so far", "info")
-            return trace, cards_html(None, live=True), acc, steer, live, SKIP()
+            return trace, cards_html(None, live=True), *plotted, live, SKIP()
         baseline = views.verifier_tps(self._stats())
         done = (
             f"run #{summary['run_id']} stored · {summary['metrics']['n_tokens']} tokens · "
@@ -105,7 +114,7 @@ class Handlers:
             {"role": "user", "content": prompt},
             {"role": "assistant", "content": summary["text"]},
         ]
-        return trace, cards_html(summary["metrics"], baseline), acc, steer, status_html(done, "ok"), chat
+        return trace, cards_html(summary["metrics"], baseline), *plotted, status_html(done, "ok"), chat
 
     def _stats(self) -> list[dict]:
         try:
@@ -114,19 +123,21 @@ class Handlers:
             return []
 
     # --- Compare ----------------------------------------------------------------------------------
-    def compare(self, prompt, methods, k, threshold, temperature, top_p, max_new, seed, steering) -> Iterator:
+    def compare(
+        self, prompt, methods, k, threshold, temperature, top_p, max_new, seed, steering, counterfactual
+    ) -> Iterator:
         """Streams: the columns fill one method after another; the note and plots come at the end."""
-        body = {
-            **views.decode_body(prompt, k, threshold, temperature, top_p, max_new, seed, steering),
-            "methods": list(methods or []),
-        }
+        decode = views.decode_body(
+            prompt, k, threshold, temperature, top_p, max_new, seed, steering, counterfactual=counterfactual
+        )
+        body = {**decode, "methods": list(methods or [])}
         yield status_html("Waiting for the model…", "info"), SKIP(), SKIP(), SKIP()
         try:
             for columns, summary in views.stream_comparison(self.client, body, self.interval_s):
                 if summary is None:
                     running = next((c["method"] for c in columns if c["state"] == "decoding"), None)
                     live = status_html(f"decoding {running}…" if running else "decoding…", "info")
-                    yield live, columns_html(columns), SKIP(), SKIP()
+                    yield live, columns_html(columns, temperature, explain=False), SKIP(), SKIP()
                     continue
                 done = [c for c in columns if c["state"] == "done"]
                 note = (
@@ -134,7 +145,8 @@ class Handlers:
                     if len(done) == len(columns)
                     else status_html(f"comparison #{summary['comparison_id']} {summary['status']}", "error")
                 )
-                yield note, columns_html(columns), plots.compare_bars(done), plots.position_curves(done)
+                cols = columns_html(columns, temperature)
+                yield note, cols, plots.compare_bars(done), plots.position_curves(done)
         except ApiError as err:
             yield status_html(err.message, "error"), SKIP(), SKIP(), SKIP()
 
@@ -218,20 +230,21 @@ class Handlers:
 
     def open_run(self, run_id: float | None) -> tuple:
         if not run_id:
-            return SKIP(), SKIP(), SKIP(), SKIP(), status_html("pick a run in the table", "info")
+            return *[SKIP()] * 5, status_html("pick a run in the table", "info")
         try:
             run = self.client.run(int(run_id))
         except ApiError as err:
-            return SKIP(), SKIP(), SKIP(), SKIP(), status_html(err.message, "error")
+            return *[SKIP()] * 5, status_html(err.message, "error")
         blocks, baseline = run["blocks"], views.verifier_tps(self._stats())
         info = f"run #{run['id']} · {run['method']} · {run['status']}" + (
             f" · {run['error']}" if run["error"] else ""
         )
         return (
-            trace_html(blocks, "This run has no stored trace."),
+            trace_html(blocks, "This run has no stored trace.", run["config"].get("temperature")),
             cards_html(run["metrics"], baseline),
             plots.acceptance_plot(blocks),
             plots.steering_plot(blocks),
+            plots.steering_gain_plot(blocks),
             status_html(info, "ok"),
         )
 

@@ -131,6 +131,58 @@ def steering_plot(blocks: Sequence[dict]) -> go.Figure:
     return _layout(fig, "Steering vector norm per block · per-layer bias norms")
 
 
+def running_gain(blocks: Sequence[dict]) -> list[float]:
+    """Mean steering gain (steered − unsteered expected accepted drafts) over the blocks so far; blocks:
+    those with a counterfactual (metrics.steering_gain's point estimate after the last one)."""
+    total, out = 0.0, []
+    for n, block in enumerate(blocks, start=1):
+        record = block["counterfactual"]
+        total += record["steered_expected_accepted"] - record["expected_accepted"]
+        out.append(total / n)
+    return out
+
+
+def steering_gain_plot(blocks: Sequence[dict]) -> go.Figure:
+    """Expected accepted drafts per block of the steered draft and of its unsteered counterfactual
+    (bars), and the running gain (line, right axis, 0 dashed)."""
+    title = "Steered vs unsteered: expected accepted drafts"
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    paired = [b for b in blocks if b.get("counterfactual")]
+    if not paired:
+        message = "no counterfactual: tick Counterfactual with a steered drafter"
+        return _layout(_empty(fig, message), title)
+    x = [b["index"] for b in paired]
+    records = [b["counterfactual"] for b in paired]
+    for key, name, colour in (
+        ("steered_expected_accepted", "steered", GREEN),
+        ("expected_accepted", "unsteered", GREY),
+    ):
+        fig.add_bar(
+            x=x,
+            y=[r[key] for r in records],
+            name=name,
+            marker_color=colour,
+            customdata=[r.get("outcome") for r in records],
+            hovertemplate=f"block %{{x}}: {name} %{{y:.2f}} (steering %{{customdata}})<extra></extra>",
+        )
+    fig.add_scatter(
+        x=x,
+        y=running_gain(paired),
+        name="running gain",
+        mode="lines",
+        line={"color": BLUE, "width": 3},
+        secondary_y=True,
+        hovertemplate="gain so far %{y:+.2f} tokens/block<extra></extra>",
+    )
+    fig.add_hline(y=0, line={"color": BLUE, "dash": "dot", "width": 1}, secondary_y=True)
+    k_max = max(len(r.get("drafts", [])) for r in records)
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_yaxes(title_text="expected accepted drafts", range=[0, max(k_max, 1) + 0.3], secondary_y=False)
+    fig.update_yaxes(title_text="running gain (tokens / block)", secondary_y=True, showgrid=False)
+    fig.update_xaxes(title_text="block")
+    return _layout(fig, title)
+
+
 def compare_bars(results: Sequence[dict]) -> go.Figure:
     """τ and decode tokens/s per method, side by side."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("τ (tokens / verifier forward)", "decode tokens / s"))

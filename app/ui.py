@@ -94,6 +94,12 @@ def _decode_controls(with_method: bool) -> dict:
     with gr.Row():
         c["seed"] = gr.Number(None, label="Seed", precision=0, minimum=0, info="empty = a fresh seed")
         c["steering"] = gr.Checkbox(True, label="Steering (SD² head on)")
+        c["counterfactual"] = gr.Checkbox(
+            False,
+            label="Counterfactual",
+            info="also draft each block unsteered, judged on the side: won / tied / lost per block "
+            "(on for a steered drafter; the output stays the same)",
+        )
     return c
 
 
@@ -104,6 +110,7 @@ def _generate_tab(h: Handlers) -> tuple[gr.Dropdown, list]:
             c = _decode_controls(with_method=True)
             c["prompt"].elem_id = "gen-prompt"
             c["k"].elem_id, c["max_new"].elem_id = "gen-k", "gen-max-new"
+            c["counterfactual"].elem_id = "gen-counterfactual"
             with gr.Accordion("Conversation (chat history)", open=False):
                 keep = gr.Checkbox(False, label="Continue the conversation (send the history as messages)")
                 chat = gr.Chatbot([], label="History", height=220)
@@ -118,6 +125,7 @@ def _generate_tab(h: Handlers) -> tuple[gr.Dropdown, list]:
     with gr.Row():
         acc = gr.Plot(plots.acceptance_plot([]), elem_id="gen-acc", show_label=False)
         steer = gr.Plot(plots.steering_plot([]), elem_id="gen-steer", show_label=False)
+        gain = gr.Plot(plots.steering_gain_plot([]), elem_id="gen-gain", show_label=False)
     inputs = [
         c["prompt"],
         c["method"],
@@ -128,10 +136,13 @@ def _generate_tab(h: Handlers) -> tuple[gr.Dropdown, list]:
         c["max_new"],
         c["seed"],
         c["steering"],
+        c["counterfactual"],
         keep,
         chat,
     ]
-    run = go.click(h.generate, inputs, [trace, cards, acc, steer, status, chat], concurrency_limit=4)
+    outputs = [trace, cards, acc, steer, gain, status, chat]
+    run = go.click(h.generate, inputs, outputs, concurrency_limit=4)
+    c["method"].change(h.counterfactual_default, c["method"], c["counterfactual"])
     stop.click(None, None, None, cancels=[run])
     clear.click(lambda: [], None, chat)
     return c["method"], [c[name] for name in DECODE_CONTROLS]
@@ -149,6 +160,7 @@ def _compare_tab(h: Handlers) -> tuple[gr.CheckboxGroup, list]:
             )
             c = _decode_controls(with_method=False)
             c["prompt"].elem_id, c["max_new"].elem_id = "cmp-prompt", "cmp-max-new"
+            c["counterfactual"].elem_id = "cmp-counterfactual"
             with gr.Row():
                 go = gr.Button("Compare", variant="primary", elem_id="cmp-run")
                 stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
@@ -167,8 +179,10 @@ def _compare_tab(h: Handlers) -> tuple[gr.CheckboxGroup, list]:
         c["max_new"],
         c["seed"],
         c["steering"],
+        c["counterfactual"],
     ]
     run = go.click(h.compare, inputs, [note, columns, bars, curves], concurrency_limit=2)
+    methods.change(h.counterfactual_default, methods, c["counterfactual"])
     stop.click(None, None, None, cancels=[run])
     return methods, [c[name] for name in DECODE_CONTROLS]
 
@@ -247,6 +261,7 @@ def _history_tab(h: Handlers) -> tuple[gr.Dropdown, dict]:
     with gr.Row():
         acc = gr.Plot(plots.acceptance_plot([]), show_label=False)
         steer = gr.Plot(plots.steering_plot([]), show_label=False)
+        gain = gr.Plot(plots.steering_gain_plot([]), show_label=False)
     gr.Markdown(
         "**Stored benchmark results** — `sd2 bench ... --store URL` sends one here; "
         "their cells appear as open markers in the Theory tab."
@@ -262,8 +277,9 @@ def _history_tab(h: Handlers) -> tuple[gr.Dropdown, dict]:
     refresh.click(**listing)
     for control in (method, status_filter):
         control.change(**listing)
-    table.select(h.pick_run, None, run_id).then(h.open_run, run_id, [trace, cards, acc, steer, info])
-    run_id.submit(h.open_run, run_id, [trace, cards, acc, steer, info])
+    opened = [trace, cards, acc, steer, gain, info]
+    table.select(h.pick_run, None, run_id).then(h.open_run, run_id, opened)
+    run_id.submit(h.open_run, run_id, opened)
     export.click(h.export, [run_id, fmt], [file, info])
     delete.click(h.delete, [run_id, key], info).then(**listing)
     return method, listing

@@ -62,10 +62,13 @@ def decode_body(
     seed: float | None,
     steering: bool,
     history: Sequence[dict] | None = None,
+    counterfactual: bool = False,
 ) -> dict:
     """The shared /generate and /compare body; with a chat history, `messages` replaces `prompt`.
     k: "auto" or a number of drafts per block. A control still empty (page load fills them from
-    GET /defaults) is left out, so the API's default applies; an empty seed is null (a fresh seed)."""
+    GET /defaults) is left out, so the API's default applies; an empty seed is null (a fresh seed).
+    `counterfactual` is sent only when asked for with steering on (unsteered, there is nothing to
+    compare), so a request without it stays what an older server accepts."""
     chosen = {
         "k": None if k is None else (k if k == AUTO_K else int(k)),
         "draft_threshold": None if draft_threshold is None else float(draft_threshold),
@@ -76,6 +79,8 @@ def decode_body(
     body: dict[str, Any] = {name: value for name, value in chosen.items() if value is not None}
     body["seed"] = None if seed is None else int(seed)
     body["steering"] = bool(steering)
+    if counterfactual and steering:
+        body["counterfactual"] = True
     if history:
         body["messages"] = [*_plain(history), {"role": "user", "content": prompt}]
     else:
@@ -112,6 +117,13 @@ def default_method(methods: Sequence[str], drafters: Sequence[dict]) -> str:
         d["name"] for d in drafters if d["name"] in names and (d.get("recipe") == "sd2" or d.get("steering"))
     ]
     return (steered or names or ["verifier"])[0]
+
+
+def counterfactual_default(methods: str | Sequence[str] | None, drafters: Sequence[dict]) -> bool:
+    """The Counterfactual switch's default: on when a chosen method is a drafter with steering
+    (GET /drafters' `steering`), the only runs that have an unsteered twin to compare with."""
+    chosen = {methods} if isinstance(methods, str) else set(methods or [])
+    return any(d.get("steering") for d in drafters if d["name"] in chosen)
 
 
 def default_compare(methods: Sequence[str], drafters: Sequence[dict]) -> list[str]:

@@ -3,6 +3,7 @@ drafters (pretrained / distilled / SD² stand-ins), and a headless Chromium driv
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -17,6 +18,15 @@ CHROMIUM_FLAGS = [
 ]  # fmt: skip
 BLOCK_DELAY_S = 0.04  # paces decoding a little so the browser can watch the plot grow
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="session")
+def real_runs() -> dict[float, dict]:
+    """Two real generations with counterfactuals, by temperature: the embedded verifier with the shipped
+    SD² drafter, `sd2 generate --method sd2 --k 4 --counterfactual --max-new-tokens 12 --json` (T = 0:
+    "Write a haiku about the sea.", seed 0; T = 1: "What is the capital of France?", seed 1)."""
+    return {t: json.loads((DATA / f"counterfactual_t{t:g}.json").read_text()) for t in (0.0, 1.0)}
 
 
 def _paced(stream, delay_s: float):

@@ -108,6 +108,12 @@ def test_compare_shows_three_columns_and_says_text_is_identical_at_t0(ui):
     assert "identical" in ui.page.inner_text("#cmp-note")
     assert ui.page.locator("#cmp-columns .sd2-col").nth(2).locator(".sd2-tok").count() > 0
     assert _plot_points(ui.page, "cmp-bars") == 3
+    # the SD² column is steered: its counterfactual is on by default, and the column says its gain
+    assert ui.page.is_checked("#cmp-counterfactual input")
+    gains = ui.page.eval_on_selector_all(
+        "#cmp-columns .sd2-col", "els => els.map(e => e.querySelector('.sd2-col-gain')?.innerText || '')"
+    )
+    assert gains[:2] == ["", ""] and gains[2].startswith("steering gain ") and "tokens/block" in gains[2]
     ui.screenshot("compare")
 
 
@@ -227,3 +233,48 @@ def test_the_api_docs_render_offline(ui, live_ui):
         u for u in ui.urls if urlparse(u).scheme in ("http", "https") and urlparse(u).hostname not in LOOPBACK
     ]
     assert external == []
+
+
+def test_counterfactual_rows_marks_and_the_rejection_explainer(ui):
+    """A steered run with its counterfactual on (the default for the SD² drafter): every block shows the
+    unsteered draft under it with a won / tied / lost mark, and clicking a rejected token opens the
+    explainer with the verifier's and the drafter's top-5 side by side."""
+    ui.open()
+    ui.page.wait_for_function("document.querySelector('#gen-counterfactual input')?.checked === true")
+    ui.page.fill("#gen-prompt textarea", "Tell me a short story about a cat.")
+    ui.page.locator("#gen-max-new").get_by_role("spinbutton").fill("48")
+    ui.page.click("#gen-run")
+    ui.page.wait_for_selector("#gen-status .sd2-ok", timeout=90_000)
+    rows = ui.page.locator("#gen-trace .sd2-has-cf .sd2-cf-row")
+    assert rows.count() > 0 and rows.count() == ui.page.locator("#gen-trace .sd2-mark").count()
+    assert rows.first.locator(".sd2-cf").count() > 0
+    outcomes = ui.page.eval_on_selector_all("#gen-trace .sd2-mark", "els => els.map(e => e.dataset.outcome)")
+    assert {"won", "lost"} & set(outcomes), f"no block won or lost: {outcomes}"
+    # the row sits under its block's tokens, not beside them
+    below = ui.page.eval_on_selector(
+        "#gen-trace .sd2-has-cf",
+        "b => b.querySelector('.sd2-cf-row').getBoundingClientRect().top >= "
+        "b.querySelector('.sd2-row').getBoundingClientRect().bottom - 1",
+    )
+    assert below
+    assert ui.page.locator("#gen-cards [data-metric=steering_gain]").inner_text().count("tokens/block") == 1
+    assert _plot_points(ui.page, "gen-gain") == rows.count()
+    panel = ui.page.locator("#gen-trace .sd2-why-panel")
+    assert panel.is_hidden()
+    rejected = ui.page.locator("#gen-trace .sd2-tok.sd2-rejected[data-why]").first
+    rejected.click()
+    panel.wait_for(state="visible")
+    captions = panel.locator("caption").all_inner_texts()
+    assert captions == ["verifier p top-5", "drafter q top-5"]
+    assert panel.locator(".sd2-why-list").nth(0).locator("tr").count() == 5
+    assert panel.locator(".sd2-why-list").nth(1).locator("tr").count() == 5
+    assert "Rejected: argmax differs" in panel.inner_text()  # T = 0, the API's default
+    assert rejected.evaluate("el => el.classList.contains('sd2-picked')")
+    ui.page.click("#sd2-large input")  # projector mode scales the panel with everything else
+    ui.page.wait_for_function("document.body.classList.contains('sd2-large')")
+    ui.screenshot("counterfactual-explainer")
+    panel.locator(".sd2-why-close").click()
+    panel.wait_for(state="hidden")
+    ui.page.locator("#gen-trace .sd2-cf[data-why]").first.click()
+    panel.wait_for(state="visible")
+    assert "unsteered counterfactual" in panel.inner_text() and "Would have been" in panel.inner_text()

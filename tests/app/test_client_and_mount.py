@@ -155,3 +155,16 @@ def test_another_local_page_cannot_read_the_ui_or_the_api(live_ui, path):
         headers={"Origin": OTHER_LOCAL_PAGE, "Access-Control-Request-Method": "POST"},
     )
     assert "access-control-allow-origin" not in preflight.headers
+
+
+def test_the_counterfactual_switch_defaults_on_for_a_steered_drafter_and_is_sent_only_steered():
+    drafters = [{"name": "sd2", "steering": True}, {"name": "distilled", "steering": False}]
+    assert views.counterfactual_default("sd2", drafters) is True
+    assert views.counterfactual_default("distilled", drafters) is False
+    assert views.counterfactual_default("verifier", drafters) is False
+    assert views.counterfactual_default(["distilled", "sd2"], drafters) is True  # Compare: any steered
+    assert views.counterfactual_default([], drafters) is False
+    asked = views.decode_body("Hi", 4, 0, 0, 1, 32, 0, True, counterfactual=True)
+    assert asked["counterfactual"] is True
+    assert "counterfactual" not in views.decode_body("Hi", 4, 0, 0, 1, 32, 0, True)
+    assert "counterfactual" not in views.decode_body("Hi", 4, 0, 0, 1, 32, 0, False, counterfactual=True)

@@ -136,3 +136,39 @@ def test_benchmark_points_and_rows_from_stored_results():
     fig = plots.theory_tau([4], [], benchmark_points([stored]))
     (bench,) = [t for t in fig.data if t.name == "bench: sd2"]
     assert bench.marker.symbol.endswith("-open") and list(bench.y) == [2.1]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_steering_gain_plot_pairs_steered_and_unsteered_and_ends_at_the_runs_gain(real_runs, temperature):
+    run = real_runs[temperature]
+    paired = [b for b in run["blocks"] if b.get("counterfactual")]
+    fig = plots.steering_gain_plot(run["blocks"])
+    steered, unsteered, gain = fig.data
+    assert (steered.name, unsteered.name, gain.name) == ("steered", "unsteered", "running gain")
+    assert list(steered.x) == list(unsteered.x) == [b["index"] for b in paired]
+    assert list(steered.y) == [b["counterfactual"]["steered_expected_accepted"] for b in paired]
+    assert list(unsteered.y) == [b["counterfactual"]["expected_accepted"] for b in paired]
+    assert gain.yaxis == "y2" and fig.layout.barmode == "group"
+    assert gain.y[-1] == pytest.approx(run["metrics"]["steering_gain"]["gain"])  # the API's own figure
+    assert list(steered.customdata) == [b["counterfactual"]["outcome"] for b in paired]
+
+
+def test_running_gain_is_the_mean_difference_so_far():
+    blocks = [{"counterfactual": {"steered_expected_accepted": s, "expected_accepted": u}} for s, u in
+              ((2.0, 1.0), (0.0, 1.0), (3.0, 0.0))]  # fmt: skip
+    assert plots.running_gain(blocks) == pytest.approx([1.0, 0.0, 1.0])
+    empty = plots.steering_gain_plot([_block(1, 2)])
+    assert not empty.data and "tick Counterfactual" in empty.layout.annotations[0].text
+
+
+def test_the_gain_card_says_gain_interval_and_won_tied_lost(real_runs):
+    from app.cards import cards_html
+
+    gain = real_runs[1.0]["metrics"]["steering_gain"]
+    html = cards_html(real_runs[1.0]["metrics"])
+    card = html.split('data-metric="steering_gain"')[1]
+    assert f"{gain['gain']:+.2f} tokens/block [{gain['low']:+.2f}, {gain['high']:+.2f}]" in card
+    for mark, key in (("▲", "won"), ("=", "tied"), ("▼", "lost")):
+        assert f"{mark} {gain[key]} {key}" in card
+    assert f"over {gain['n_blocks']} blocks" in card
+    assert "steering_gain" not in cards_html({**real_runs[1.0]["metrics"], "steering_gain": None})
