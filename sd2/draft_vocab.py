@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sd2.invariant import MAX_ROWS, PACKED, layout_for, packed_weight, rows_product
+
 VOCAB_FILE = "draft_vocab.json"
 
 
@@ -91,8 +93,15 @@ class ReducedHead(nn.Module):
         self.vocab_size = vocab_size
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., D] → logits [..., N]."""
-        return F.linear(hidden, self.weight)
+        """hidden [..., D] → logits [..., N]. Each row's logits do not depend on how many rows the call
+        holds (sd2.invariant's probed layout), so a batched drafter step equals its solo step."""
+        rows = hidden.reshape(-1, hidden.shape[-1])  # [M, D]
+        if rows.shape[0] > MAX_ROWS:
+            return F.linear(hidden, self.weight)
+        weight = self.weight
+        layout = layout_for(tuple(weight.shape), weight.dtype, weight.device)
+        out = rows_product(rows, packed_weight(self) if layout == PACKED else weight, None, layout)
+        return out.reshape(*hidden.shape[:-1], weight.shape[0])
 
     def expand(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
         """rows [..., N] → [..., V] with `fill` at pruned tokens (−inf for logits, 0 for probs)."""

@@ -12,14 +12,15 @@ from pathlib import Path
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sd2.batching import Batch
 from sd2.config import AUTO_MAX_K, DecodeConfig
-from sd2.decoding import Decoder, SpeculativeDecoder, VerifierDecoder
+from sd2.decoding import Decoder, Program, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.draft_vocab import ReducedHead
 from sd2.errors import InvalidValue
-from sd2.invariant import is_batch_invariant, make_batch_invariant
+from sd2.invariant import MAX_ROWS, is_batch_invariant, make_batch_invariant
 from sd2.metrics import GenerationMetrics, summarize
 from sd2.models import (
     Drafter,
@@ -145,12 +146,12 @@ class Engine:
         self._compiled_steps: dict[
             str, CompiledDraftStep
         ] = {}  # method → its drafter's step, reused per request
-        self.drafters = dict(drafters)
         self.verifier_name = verifier_name
         self.stop_ids = stop_token_ids(verifier, tokenizer)
         self._token_text = lru_cache(maxsize=65536)(self._decode_one)
         self._verify_costs: VerifyCosts | None = None
         self._costs: dict[str, CostProfile] = {}
+        self.drafters = {name: self._on_engine_kernels(drafter) for name, drafter in drafters.items()}
 
     @classmethod
     def load(
@@ -271,7 +272,7 @@ class Engine:
         run = decoder.run(prepared.prompt_ids)
         try:
             for block in run:
-                self._fill_text(block)
+                self.fill_text(block)
                 blocks.append(block)
                 yield block
                 if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
@@ -340,8 +341,43 @@ class Engine:
             return self.drafters[method].model, self.drafters[method].draft_head
         raise UnknownMethodError(method, self.methods())
 
-    def _decoder(self, prepared: PreparedRequest) -> Decoder:
-        """The Decoder of the prepared request's method."""
+    def generate_batch(
+        self, requests: Sequence[GenerateRequest | PreparedRequest], max_rows: int = MAX_ROWS
+    ) -> list[GenerationResult]:
+        """Decode several requests together (sd2.batching), all to their end; each result's tokens equal
+        its own `generate`'s (at T > 0 with its seed too). Per-request times are shared ones: each block
+        waited for the whole batch's forwards. Drafters run eager steps here (a compiled step keeps one
+        static cache per drafter)."""
+        prepared = [r if isinstance(r, PreparedRequest) else self.prepare(r) for r in requests]
+        batch, blocks, wall_ms = Batch(max_rows), {i: [] for i in range(len(prepared))}, {}
+        start = time.perf_counter()
+        for i, request in enumerate(prepared):
+            batch.add(i, self.program(request))
+        while len(batch):
+            report = batch.step()
+            if report.failed:
+                key, error = next(iter(report.failed.items()))
+                raise RuntimeError(f"request {key} of the batch failed") from error
+            for key, block in report.blocks:
+                self.fill_text(block)
+                blocks[key].append(block)
+            for key in report.finished:
+                wall_ms[key] = (time.perf_counter() - start) * 1e3
+        return [self.finish(request, blocks[i], wall_ms[i]) for i, request in enumerate(prepared)]
+
+    def program(self, prepared: PreparedRequest) -> Program:
+        """The prepared request's decode as a Program (sd2.decoding), for a driver that batches requests
+        (sd2.batching.Batch): `fill_text` each Block it yields, `finish` its Blocks into the result."""
+        return self._decoder(prepared, batched=True).program(prepared.prompt_ids)
+
+    def finish(
+        self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float, out_of_time: bool = False
+    ) -> GenerationResult:
+        """The GenerationResult of a request's decoded Blocks (`out_of_time`: its time budget ended it)."""
+        return self._result(prepared, blocks, wall_ms, out_of_time)
+
+    def _decoder(self, prepared: PreparedRequest, batched: bool = False) -> Decoder:
+        """The Decoder of the prepared request's method (`batched`: with its own eager draft step)."""
         method, config = prepared.request.method, prepared.request.decode
         if method == VERIFIER_METHOD:
             return VerifierDecoder(self.verifier, config, self.stop_ids)
@@ -360,7 +396,7 @@ class Engine:
             self.stop_ids,
             draft_head=draft_head,
             costs=costs,
-            draft_step=self._draft_step(method),
+            draft_step=None if batched else self._draft_step(method),
             counterfactual=prepared.request.counterfactual,
         )
 
@@ -374,7 +410,14 @@ class Engine:
             self._compiled_steps[method] = CompiledDraftStep(drafter_model, draft_head)
         return self._compiled_steps[method]
 
-    def _fill_text(self, block: Block) -> None:
+    def _on_engine_kernels(self, drafter: Drafter) -> Drafter:
+        """The drafter on batch-invariant kernels where the verifier is and its steps are eager (compiled
+        steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
+        if self.draft_step_kind == "eager" and is_batch_invariant(self.verifier):
+            make_batch_invariant(drafter.model)
+        return drafter
+
+    def fill_text(self, block: Block) -> None:
         """Fill in the text of every token of a block: its events, their explainer candidates and its
         counterfactual's tokens."""
         tokens = [*block.drafts, *([block.extra] if block.extra else [])]
@@ -411,8 +454,9 @@ class Engine:
 
     def add_drafter(self, drafter: Drafter) -> None:
         """Register (or replace) a named drafter, e.g. when a training job finishes. A replaced one's
-        cost profile and compiled step go with it."""
-        self.drafters[drafter.name] = drafter
+        cost profile and compiled step go with it. With an invariant verifier and eager drafter steps,
+        the drafter runs on invariant kernels too, so a batched step equals its solo step (sd2.batching)."""
+        self.drafters[drafter.name] = self._on_engine_kernels(drafter)
         self._costs.pop(drafter.name, None)
         step = self._compiled_steps.pop(drafter.name, None)
         if step is not None:

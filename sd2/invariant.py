@@ -183,6 +183,12 @@ def invariant_attention(
     Batches, long forwards and sliding windows go to SDPA (they never need invariance here).
     Returns [B, T, H, D] like transformers' attention functions.
     """
+    if isinstance(key, list):  # a ragged forward (sd2.ragged): each segment attends to its own cache
+        segments = [
+            invariant_attention(module, query[:, :, first:last], k, v, None, dropout, scaling, **kwargs)[0]
+            for (first, last), k, v in zip(key.bounds, key, value, strict=True)
+        ]
+        return torch.cat(segments, dim=1), None  # [1, M, H, D]
     batch, heads, rows, dim = query.shape
     if batch != 1 or rows > MAX_ROWS or getattr(module, "sliding_window", None) or dropout:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -333,6 +339,17 @@ def make_batch_invariant(model: nn.Module, packed: bool = True) -> nn.Module:
 
 def is_batch_invariant(model: nn.Module) -> bool:
     return getattr(model.config, "_attn_implementation", None) == INVARIANT_ATTENTION
+
+
+def make_stock(model: nn.Module) -> nn.Module:
+    """Undo `make_batch_invariant`, in place: transformers' own linears and SDPA (e.g. for a copy that
+    will be trained: the packed kernels have no backward)."""
+    for module in model.modules():
+        if type(module) is RowInvariantLinear:
+            module.__class__ = nn.Linear
+    if is_batch_invariant(model):
+        model.set_attn_implementation("sdpa")
+    return model
 
 
 @contextmanager

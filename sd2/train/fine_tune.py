@@ -15,6 +15,7 @@ from sd2.data.batches import ShardSet
 from sd2.data.examples import Example
 from sd2.data.shards import ShardConfig, build_shards
 from sd2.engine import Engine
+from sd2.invariant import make_stock
 from sd2.models import context_length, drafter_vocab
 from sd2.prompts import encode_prompt
 from sd2.train.build import StartingPoint, build_trainer
@@ -64,7 +65,7 @@ def fine_tune_trainer(
         limit = context_length(base.model)
         if job.seq_len > limit:
             raise ValueError(f"seq_len {job.seq_len} exceeds {job.base!r}'s context of {limit}")
-        drafter = copy.deepcopy(base.model)
+        drafter = make_stock(copy.deepcopy(base.model))  # trained on stock kernels (sd2.invariant)
         head = copy.deepcopy(base.head) if job.objective == "sd2" and base.head is not None else None
     data = text_data(engine.tokenizer, job.texts, job.seq_len, scratch)
     config = TrainConfig(
