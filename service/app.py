@@ -58,6 +58,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
             yield
         finally:
             services.jobs.stop()
+            services.host.close()
             services.decode_pool.shutdown(wait=True, cancel_futures=True)
             services.executor.shutdown(wait=True, cancel_futures=True)
             services.db.dispose()
@@ -110,7 +111,7 @@ def _start(
         )
     for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
         log.warning("swept %s, left by a checkpoint save that did not finish", path)
-    host = ModelHost(engine, threading.Lock(), settings.time_budget_s, metrics)
+    host = ModelHost(engine, threading.Lock(), settings.time_budget_s, metrics, settings.max_batch)
     for drafter in engine.loaded_drafters():
         repository.upsert_drafter(db, drafter_info(drafter, source="config"))
     load_trained_drafters(db, host, settings.drafters_dir)  # drafters of earlier jobs, after a restart

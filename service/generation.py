@@ -1,16 +1,16 @@
-"""Running generations against the one loaded Engine: validate, decode under the model lock, record.
+"""Running generations against the one loaded Engine: validate, decode through the scheduler, record.
 
-The Engine is not thread-safe (its steering hooks and KV caches assume one run at a time), so every
-use of its models — decoding and training alike — holds `ModelHost.lock`. Decoding runs in worker
-threads so the event loop keeps serving while a run waits for, or holds, the lock.
+The Engine is not thread-safe (its steering hooks and KV caches assume one user at a time), so every
+use of its models — decoding rounds and training steps alike — holds `ModelHost.lock`. One scheduler
+thread decodes every admitted generation together (service/scheduler.py); a route's worker thread waits
+for its own, so the event loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from sd2.config import DecodeConfig
@@ -18,28 +18,46 @@ from sd2.engine import Engine, GenerateRequest, PreparedRequest
 from sd2.errors import InvalidValue
 from sd2.trace import Block
 from service.errors import FieldError, from_invalid
-from service.metrics import GenerationProbe, ServiceMetrics
+from service.metrics import ServiceMetrics
 from service.repository import RunRecord
+from service.scheduler import DecodeScheduler, RunCancelled, Ticket
 from service.schemas import DecodeSettings
-from service.settings import Settings
+from service.settings import DEFAULT_MAX_BATCH, Settings
 
 log = logging.getLogger(__name__)
-
-
-class RunCancelled(Exception):
-    """The client went away mid-stream; the run stops at the next block boundary."""
 
 
 @dataclass
 class ModelHost:
     """The loaded Engine, the lock that serialises every use of its models, how long one generation may
-    hold them (`time_budget_s`, None: unbounded; Settings.generation_time_budget_s), and the instruments
-    every generation feeds (`metrics`, the app's; a host built alone gets a registry of its own)."""
+    decode (`time_budget_s`, None: unbounded; Settings.generation_time_budget_s), the instruments every
+    generation feeds (`metrics`, the app's; a host built alone gets a registry of its own) and how many
+    generations decode together (`max_batch`, Settings.max_batch). Its scheduler thread starts on the
+    first generation."""
 
     engine: Engine
     lock: threading.Lock
     time_budget_s: float | None = None
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
+    max_batch: int = DEFAULT_MAX_BATCH
+    _scheduler: DecodeScheduler | None = field(default=None, init=False, repr=False)
+    _starting: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def scheduler(self) -> DecodeScheduler:
+        with self._starting:
+            if self._scheduler is None:
+                self._scheduler = DecodeScheduler(
+                    self.engine, self.lock, self.metrics, self.max_batch, self.time_budget_s
+                )
+            return self._scheduler
+
+    def close(self) -> None:
+        """Stop the scheduler (if it started): generations still waiting or decoding fail."""
+        with self._starting:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.close()
 
 
 def prepare(body: DecodeSettings, method: str, settings: Settings) -> GenerateRequest:
@@ -95,25 +113,42 @@ def decode(
     on_block: Callable[[Block], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunRecord:
-    """Run one generation under the model lock and describe its outcome (nothing is written here).
-    The host's time budget counts from when the lock is taken (a run past it ends with "time"), and so
-    do its metrics' time to first token and duration (the wait is `sd2_model_lock_wait_seconds`).
+    """Run one generation through the host's decode scheduler (it decodes beside the others admitted)
+    and describe its outcome (nothing is written here). The host's time budget counts from when it
+    joins the batch (a run past it ends with "time"), and so do its metrics' time to first token and
+    duration (the wait before is `sd2_queue_wait_seconds`).
 
     Any exception becomes a record with status failed (or cancelled when `should_stop` said so).
     """
-    engine = host.engine
-    record = _record(prepared, engine.precision, prompt_set)
-    waiting_since = time.perf_counter()
-    with host.lock:
-        probe = host.metrics.generation(prepared.request.method, time.perf_counter() - waiting_since)
-        try:
-            record.result = _run(engine, prepared, host.time_budget_s, on_block, should_stop, probe)
-        except RunCancelled:
-            record.status, record.error = "cancelled", "the client disconnected before the run finished"
-        except Exception as err:  # recorded as a failed run; the server keeps serving
-            log.exception("generation failed (method %s)", prepared.request.method)
-            record.status, record.error = "failed", f"{type(err).__name__}: {err}"
-        probe.finished(record.status, record.result.finish_reason if record.result is not None else None)
+    record = _record(prepared, host.engine.precision, prompt_set)
+    return _outcome(record, host.scheduler.submit(prepared, on_block, should_stop))
+
+
+def decode_together(
+    host: ModelHost,
+    prepared: Sequence[PreparedRequest],
+    prompt_set: str | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[RunRecord]:
+    """`decode` several requests submitted at once, so they decode side by side (e.g. a comparison's
+    methods); their records, in order."""
+    records = [_record(p, host.engine.precision, prompt_set) for p in prepared]
+    tickets = [host.scheduler.submit(p, None, should_stop) for p in prepared]
+    return [_outcome(record, ticket) for record, ticket in zip(records, tickets, strict=True)]
+
+
+def _outcome(record: RunRecord, ticket: Ticket) -> RunRecord:
+    """Wait for a submitted generation and describe how it ended."""
+    try:
+        record.result = ticket.wait()
+    except RunCancelled:
+        record.status, record.error = "cancelled", "the client disconnected before the run finished"
+    except Exception as err:  # recorded as a failed run; the server keeps serving
+        log.error("generation failed (method %s)", record.method, exc_info=err)
+        record.status, record.error = "failed", f"{type(err).__name__}: {err}"
+    if ticket.probe is not None:  # it joined the batch
+        reason = record.result.finish_reason if record.result is not None else None
+        ticket.probe.finished(record.status, reason)
     return record
 
 
@@ -129,26 +164,3 @@ def _record(prepared: PreparedRequest, precision: str, prompt_set: str | None) -
         prompt_set=prompt_set,
         precision=precision,
     )
-
-
-def _run(
-    engine: Engine,
-    prepared: PreparedRequest,
-    time_budget_s: float | None,
-    on_block,
-    should_stop,
-    probe: GenerationProbe,
-):
-    stream = engine.stream(prepared, time_budget_s)
-    try:
-        for item in stream:
-            if not isinstance(item, Block):
-                return item  # the final GenerationResult
-            probe.block(item)  # a block decoded counts, even if the run is cancelled at it
-            if should_stop():
-                raise RunCancelled
-            if on_block is not None:
-                on_block(item)
-    finally:
-        stream.close()
-    raise RuntimeError("the engine's stream ended without a result")

@@ -23,6 +23,7 @@ from service.admission import Admission
 
 # Seconds. Requests and generations run from milliseconds (a read) to the 60 s time budget and past it.
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # generations per batched forward
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)  # one token's latency
 
 
@@ -57,17 +58,23 @@ class ServiceMetrics:
             "The most generations admitted at once (SD2_GENERATION_QUEUE); one more gets 429",
             registry=registry,
         )
-        self.lock_wait = Histogram(
-            "sd2_model_lock_wait_seconds",
-            "Time a generation waited for the model lock after it was admitted and checked",
+        self.queue_wait = Histogram(
+            "sd2_queue_wait_seconds",
+            "Time a generation waited, admitted and checked, before it joined the decode batch",
             buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.batch_rows = Histogram(
+            "sd2_batch_rows",
+            "Generations sharing each batched verifier forward (1: it ran alone; service/scheduler.py)",
+            buckets=BATCH_BUCKETS,
             registry=registry,
         )
         # Generations, per method
         self.ttft = Histogram(
             "sd2_time_to_first_token_seconds",
-            "Time from the model lock taken to the first emitted token (the prefill's); the wait for the "
-            "lock is in sd2_model_lock_wait_seconds",
+            "Time from joining the decode batch to the first emitted token (the prefill's); the wait "
+            "before is in sd2_queue_wait_seconds",
             per_method,
             buckets=REQUEST_BUCKETS,
             registry=registry,
@@ -82,7 +89,7 @@ class ServiceMetrics:
         )
         self.duration = Histogram(
             "sd2_generation_duration_seconds",
-            "Time from the model lock taken to a generation's end (its result, failure or cancellation)",
+            "Time from joining the decode batch to a generation's end (its result, failure or cancellation)",
             per_method,
             buckets=REQUEST_BUCKETS,
             registry=registry,
@@ -151,15 +158,15 @@ class ServiceMetrics:
         """The registry in Prometheus' text format (`prometheus_client.CONTENT_TYPE_LATEST`)."""
         return generate_latest(self.registry)
 
-    def generation(self, method: str, lock_wait_s: float) -> GenerationProbe:
-        """Start recording a generation of `method` that has just taken the model lock."""
-        self.lock_wait.observe(lock_wait_s)
+    def generation(self, method: str, queue_wait_s: float) -> GenerationProbe:
+        """Start recording a generation of `method` that has just joined the decode batch."""
+        self.queue_wait.observe(queue_wait_s)
         return GenerationProbe(self, method)
 
 
 class GenerationProbe:
     """One generation's instruments, fed from its decode thread: `block` per Block, `finished` at the end.
-    Its clock starts when it is built, with the model lock just taken."""
+    Its clock starts when it is built, as the generation joins the decode batch."""
 
     def __init__(self, metrics: ServiceMetrics, method: str) -> None:
         self._metrics, self._method = metrics, method

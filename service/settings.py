@@ -31,6 +31,9 @@ def parse_drafters(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+DEFAULT_MAX_BATCH = 8  # generations decoding together (SD2_MAX_BATCH); measured in docs/scale-out.md
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything the service reads from its environment. Each default says why it is safe."""
@@ -53,6 +56,9 @@ class Settings:
     # Generations admitted at once (decoding or waiting for the one model lock); more get 429 at once
     # rather than an unbounded queue. 16 short runs on the embedded pair clear in a few seconds.
     generation_queue: int = 16
+    # Generations decoding together in one batch (service/scheduler.py); 1 decodes them one at a time.
+    # Beyond it admitted ones wait for a row. See docs/scale-out.md for how the default was chosen.
+    max_batch: int = DEFAULT_MAX_BATCH
     # Host headers served (DNS-rebinding guard, service/hosts.py); empty: loopback names when bound to
     # loopback, any otherwise.
     allowed_hosts: tuple[str, ...] = ()
@@ -102,6 +108,7 @@ class Settings:
             max_new_tokens=int(env.get("SD2_MAX_NEW_TOKENS", cls.max_new_tokens)),
             max_body_bytes=int(env.get("SD2_MAX_BODY_BYTES", cls.max_body_bytes)),
             generation_queue=int(env.get("SD2_GENERATION_QUEUE", cls.generation_queue)),
+            max_batch=int(env.get("SD2_MAX_BATCH", cls.max_batch)),
             db_busy_timeout_ms=int(env.get("SD2_DB_BUSY_TIMEOUT_MS", cls.db_busy_timeout_ms)),
             generation_time_budget_s=float(
                 env.get("SD2_GENERATION_TIME_BUDGET_S", cls.generation_time_budget_s)

@@ -12,7 +12,7 @@ from sd2.engine import PreparedRequest
 from sd2.trace import Block
 from service import repository
 from service.deps import Services, ServicesDep
-from service.generation import admit, decode, prepare
+from service.generation import admit, decode, decode_together, prepare
 from service.repository import RunRecord
 from service.schemas import CompareIn, CompareOut
 from service.streaming import Feed, error_line, ndjson_line, stream_work
@@ -85,9 +85,12 @@ def _decode_all(
     emit: Emit | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[RunRecord]:
-    """Decode each prepared request in turn (each takes the model lock for its own run, so training
-    steps and other requests interleave between methods). Returns the records of the methods that
-    started: all of them, unless `should_stop` said to stop (the one running is then cancelled)."""
+    """Decode the prepared requests: side by side when nothing streams (`decode_together`), else each
+    in turn so a stream holds one method's blocks after another (each beside other clients' requests).
+    Returns the records of the methods that started: all of them, unless `should_stop` said to stop
+    (the one running is then cancelled)."""
+    if emit is None:
+        return decode_together(services.host, prepared, prompt_set, should_stop)
     records = []
     for index, request in enumerate(prepared):
         if should_stop():

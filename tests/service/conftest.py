@@ -78,12 +78,12 @@ def table_counts(settings: Settings) -> dict[str, int]:
 
 
 class SlowEngine(Engine):
-    """The real engine, paced at 50 ms per block so a client can leave mid-run."""
+    """The real engine, paced at 50 ms per block so a client can leave mid-run (each block's text is
+    filled in once, by `stream` or by the service's scheduler)."""
 
-    def stream(self, request, time_budget_s=None):
-        for item in super().stream(request, time_budget_s):
-            time.sleep(0.05)
-            yield item
+    def fill_text(self, block):
+        time.sleep(0.05)
+        super().fill_text(block)
 
 
 live_server = serve_in_thread  # uvicorn on a free loopback port in a thread (real sockets, real disconnects)

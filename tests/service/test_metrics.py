@@ -78,7 +78,7 @@ def test_speculative_counters_equal_the_runs_own_metrics(client):
     assert value(samples, "sd2_time_to_first_token_seconds_count", method="tiny") == 1
     later = metrics["n_tokens"] - blocks[0]["n_emitted"]
     assert value(samples, "sd2_inter_token_latency_seconds_count", method="tiny") == later
-    assert value(samples, "sd2_model_lock_wait_seconds_count") == 1
+    assert value(samples, "sd2_queue_wait_seconds_count") == 1
 
 
 def test_the_verifier_adds_tokens_but_no_speculative_counts(client):

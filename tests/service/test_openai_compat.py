@@ -238,11 +238,14 @@ def test_a_character_split_over_two_blocks_is_sent_whole_with_the_later_one(tiny
 class _FailingEngine(Engine):
     """The real engine, failing like a device fault after its first block."""
 
-    def stream(self, request, time_budget_s=None):
-        run = super().stream(request, time_budget_s)
-        yield next(run)
-        run.close()
-        raise RuntimeError("device lost")
+    def program(self, prepared):
+        run, result = super().program(prepared), None
+        while True:
+            item = run.send(result)
+            result = yield item
+            if isinstance(item, Block):
+                run.close()
+                raise RuntimeError("device lost")
 
 
 def test_a_run_that_fails_is_stored_and_reported_in_openais_shape(settings, tiny_pair_dir):
