@@ -41,6 +41,7 @@ class _Row:
     call: Call | None = None  # the call it waits on; None: it has to be advanced
     result: object = None  # what to send it when advanced
     done: bool = False
+    shared: int = 1  # requests in its latest verifier forward: its next Block's batch_size
 
 
 @dataclass
@@ -106,6 +107,7 @@ class Batch:
                     item = row.program.send(row.result)
                     row.result = None
                     if isinstance(item, Block):
+                        item.batch_size = row.shared
                         report.blocks.append((row.key, item))
                         continue
                     row.call = item
@@ -145,6 +147,7 @@ class Batch:
         groups: dict[int, list[_Row]] = {}
         for row in rows:
             call = row.call
+            row.shared = 1
             if not call.batchable or not _batchable_model(call.verifier):
                 self._finish(row, execute_solo(call))
                 continue
@@ -155,6 +158,7 @@ class Batch:
                     self._finish(chunk[0], execute_solo(chunk[0].call))
                     continue
                 for row, result in zip(chunk, _verify_together([r.call for r in chunk]), strict=True):
+                    row.shared = len(chunk)
                     self._finish(row, result)
                 report.verify_rows.append(len(chunk))
 

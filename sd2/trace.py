@@ -158,6 +158,9 @@ class Block:
     timings: BlockTimings = field(default_factory=BlockTimings)
     draft_stop: DraftStop | None = None  # why drafting ended; None for prefill and verifier steps
     counterfactual: Counterfactual | None = None  # the unsteered draft's record, when the run asked for it
+    # requests whose rows shared this block's verifier forward (sd2.batching); 1: it ran alone. Its
+    # timings are then the shared forwards' wall times, waits for the other rows included
+    batch_size: int = 1
 
     @property
     def emitted(self) -> list[TokenEvent]:

@@ -90,6 +90,7 @@ class BlockRow(Base):
     # sd2.trace.Counterfactual as a plain dict, when the run asked for it (schema v6; NULL without one)
     counterfactual: Mapped[dict | None] = mapped_column()
     counterfactual_ms: Mapped[float | None] = mapped_column(Float)  # schema v6; NULL before, read as 0.0
+    batch_size: Mapped[int | None] = mapped_column()  # schema v7; NULL before, read as 1 (it ran alone)
 
     run: Mapped[Run] = relationship(back_populates="blocks")
     events: Mapped[list[TokenEventRow]] = relationship(

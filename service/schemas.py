@@ -272,6 +272,9 @@ class BlockOut(BaseModel):
     counterfactual: CounterfactualOut | None = Field(
         None, description="the unsteered counterfactual, in a steered run asked with `counterfactual: true`"
     )
+    batch_size: int = Field(
+        1, description="requests whose rows shared this block's verifier forward (1: it ran alone)"
+    )
     n_emitted: int
     counts_for_tau: bool = Field(description="whether τ averages over this block (docs/metrics.md)")
 

@@ -152,6 +152,9 @@ def test_mixed_requests_decode_together_exactly_as_alone(models):
         assert [b.counterfactual for b in blocks[i]] == [b.counterfactual for b in alone]
     assert any(b.counterfactual is not None for b in blocks[7])
     assert max(sizes) == len(MIXED)  # every request in one verifier forward at first
+    shared = [b.batch_size for rows in blocks.values() for b in rows]
+    assert max(shared) == len(MIXED) and all(b.batch_size == 1 for rows in blocks.values() for b in rows[:1])
+    assert all(b.batch_size == 1 for alone in solo for b in alone)  # a prefill, and a solo run, run alone
 
 
 def test_rows_join_and_leave_mid_run_and_a_cancelled_row_leaves_the_others_untouched(models):

@@ -22,7 +22,7 @@ def test_health_version_drafters(client):
         "draft_step": "eager",  # --draft-step auto on a CPU
         "database": True,
     }
-    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 6, "api": "1"}
+    assert client.get("/version").json() == {"sd2": __version__, "schema_version": 7, "api": "1"}
     (drafter,) = client.get("/drafters").json()
     assert drafter == {
         "name": "tiny",

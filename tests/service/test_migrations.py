@@ -117,11 +117,12 @@ def test_the_migrated_schema_is_the_orm(store_url):
 
 
 def test_the_comparison_with_the_orm_sees_a_missing_revision(store_url):
-    """The negative control of the test above: one revision short, the ORM's counterfactual and
-    explainer columns are missing."""
+    """The negative control of the test above: two revisions short, the ORM's counterfactual,
+    explainer and batch size columns are missing."""
     db = Database(store_url)
     _upgrade_to(db, "0005")
     assert sorted((d[0], d[2], d[3].name) for d in _differences(db.engine)) == [
+        ("add_column", "blocks", "batch_size"),
         ("add_column", "blocks", "counterfactual"),
         ("add_column", "blocks", "counterfactual_ms"),
         ("add_column", "token_events", "draft_top"),
@@ -241,7 +242,8 @@ def test_the_downgrades_drop_their_columns_and_keep_the_rows(store_url):
     _downgrade_to(db, "0002")
     with db.engine.connect() as conn:
         assert "precision" not in {c["name"] for c in inspect(conn).get_columns("runs")}
-        assert not {"draft_stop", "counterfactual"} & {c["name"] for c in inspect(conn).get_columns("blocks")}
+        blocks = {c["name"] for c in inspect(conn).get_columns("blocks")}
+        assert not {"draft_stop", "counterfactual", "batch_size"} & blocks
         assert "target_top" not in {c["name"] for c in inspect(conn).get_columns("token_events")}
         counts = [
             conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar()
