@@ -267,12 +267,18 @@ class SpeculativeDecoder:
         steer_ms = _ms(start)
         room = self.config.max_new_tokens + self.config.max_k + 1
         self.draft_step.start(prompt_ids, room)  # the prompt is never steered
-        if self.twin is not None:
+        counterfactual_ms = 0.0
+        if self.twin is not None:  # its prompt forward is the counterfactual's, timed apart
+            twin_start = time.perf_counter()
             self.twin.start(prompt_ids, room)
+            counterfactual_ms = _ms(twin_start)
         self.tokens = [*prompt_ids, token]
         p = float(self.picker.trace_probs(logits, probs)[token])
         extra = TokenEvent(token, TokenStatus.BONUS, draft_prob=None, target_prob=p)
-        timings = BlockTimings(verify_ms=verify_ms, steer_ms=steer_ms, total_ms=_ms(start) + verify_ms)
+        total_ms = _ms(start) + verify_ms - counterfactual_ms
+        timings = BlockTimings(
+            verify_ms=verify_ms, steer_ms=steer_ms, total_ms=total_ms, counterfactual_ms=counterfactual_ms
+        )
         return Block(0, BlockKind.PREFILL, [], extra, 0, 0, complete=False, timings=timings)
 
     @property

@@ -7,6 +7,7 @@ Modules, one concept each:
     hf         one timed generation of transformers `generate` (plain or assisted) → GenerationStats
     forward    isolated forward times T_v(1), T_v(k+1), T_d(1) for the machine's ceiling S_fwd
     aggregate  per method × prompt set × temperature × k: medians, spreads, τ, speed-ups, ceilings
+    gain       the steering gain per cell (--counterfactual): pooled over blocks, interval over prompts
     harness    the run loop (warm-up, interleaved repetitions) → BenchReport
     report     the versioned JSON schema and the output files
     table      the Markdown tables (the paper's Table 1 layout + details)

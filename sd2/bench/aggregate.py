@@ -22,6 +22,9 @@ Conventions (each number in the output follows these):
   (sampling, acceptance tests, KV-cache crops, trace and metric bookkeeping, Python).
 - greedy_match (T = 0 only) = fraction of prompts whose first-repetition ids equal the reference's
   (`verifier`, else `hf-generate`); None for the reference itself and at T > 0.
+- steering_gain (`--counterfactual`, steered methods only) = steered against unsteered expected
+  accepted drafts per block, pooled over blocks, with a 95 % interval over per-prompt mean gains
+  (sd2.bench.gain). Its time is out of every speed figure (sd2.bench.measure).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sd2.bench.forward import ForwardTimes
+from sd2.bench.gain import CellGain, cell_gain
 from sd2.bench.measure import GenerationStats, Measurement
 from sd2.bench.plan import HF_GENERATE, VERIFIER, Cell
 from sd2.metrics import per_position_acceptance, speedup_ceiling
@@ -92,6 +96,7 @@ class CellSummary:
     forward_efficiency: float | None = None
     greedy_match: float | None = None
     time_profile: dict[str, float] | None = None
+    steering_gain: CellGain | None = None  # with --counterfactual, for steered methods only
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -165,6 +170,7 @@ def summarize_cell(
         cost_ratio=cost_ratio,
         time_profile=time_profile(stats) if cell.method.runner == "ours" else None,
         mean_k=_ratio(drafted, judged) if cell.method.runner == "ours" and cell.k is not None else None,
+        steering_gain=cell_gain(runs),
     )
 
 

@@ -17,6 +17,7 @@ from sd2.config import parse_k
 
 if TYPE_CHECKING:
     from sd2.bench.plan import BenchPlan
+    from sd2.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="sample j of prompt i is drawn with seed + 1000·j + i (default 0); at T > 0 another seed "
         "gives new samples (runs of several seeds pool with benchmarks/paired_tau.py)",
     )
+    p.add_argument(
+        "--counterfactual",
+        action="store_true",
+        help="steered methods also draft each block unsteered and have the verifier judge it on the side: "
+        "the report adds the steering gain per cell (the output and the speed figures stay the same)",
+    )
     p.add_argument("--quick", action="store_true", help="a smoke run: under ~3 minutes on 2 CPU cores")
     p.add_argument("--k-sweep", action="store_true", help="try k ∈ {1,2,3,4,6,8,12} and report the best k")
     p.add_argument(
@@ -110,7 +117,11 @@ def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
     from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, quick_plan, resolve_methods
 
     methods = [m for value in args.methods for m in value.split(",") if m] if args.methods else None
-    plan = BenchPlan(methods=resolve_methods(methods, drafter_names), k_sweep=args.k_sweep)
+    plan = BenchPlan(
+        methods=resolve_methods(methods, drafter_names),
+        k_sweep=args.k_sweep,
+        counterfactual=args.counterfactual,
+    )
     if args.quick:
         plan = quick_plan(plan)
     if args.k_sweep:
@@ -139,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(args, list(drafters))
     prompt_sets = load_prompt_sets(args.prompts_dir, args.prompt_sets)  # cut to max_prompts by run_bench
     engine = load_engine(args, drafters)
+    if plan.counterfactual and not _steered_methods(plan, engine):
+        log.warning(
+            "bench: --counterfactual, but no method runs a drafter with a steering head: no gain rows"
+        )
     result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
     info = RunInfo(
         command="sd2 " + shlex.join(sys.argv[1:]),
@@ -156,6 +171,15 @@ def run(args: argparse.Namespace) -> int:
     if args.store:
         return _store(paths["json"], args)
     return 0
+
+
+def _steered_methods(plan: BenchPlan, engine: Engine) -> list[str]:
+    """The plan's methods that run our loop with a drafter that has a steering head."""
+    return [
+        m.name
+        for m in plan.methods
+        if m.runner == "ours" and m.drafter in engine.drafters and engine.drafters[m.drafter].head is not None
+    ]
 
 
 def _store(json_path: Path, args: argparse.Namespace) -> int:

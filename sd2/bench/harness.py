@@ -43,8 +43,11 @@ class BenchResult:
 trim_memory = release_freed_memory  # see sd2.memory: a parsed corpus leaves a heap that slows torch
 
 
-def make_runner(engine: Engine, cell: Cell) -> Runner:
-    return ours_runner(engine, cell) if cell.method.runner == "ours" else hf_runner(engine, cell)
+def make_runner(engine: Engine, cell: Cell, counterfactual: bool = False) -> Runner:
+    """The cell's runner; `counterfactual` (our loop only) records steered blocks' counterfactuals."""
+    if cell.method.runner == "ours":
+        return ours_runner(engine, cell, counterfactual)
+    return hf_runner(engine, cell)
 
 
 def decode_config(
@@ -138,7 +141,7 @@ def run_bench(
     on_progress: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Run the whole plan in this process and aggregate it."""
-    runners = {cell.label: make_runner(engine, cell) for cell in plan.cells()}
+    runners = {cell.label: make_runner(engine, cell, plan.counterfactual) for cell in plan.cells()}
     prompt_sets = [fitting_prompts(engine, plan, s) for s in prompt_sets]
     crowded = [s.name for s in prompt_sets if len(s.prompts) > SAMPLE_SEED_STRIDE]
     if plan.samples > 1 and crowded:

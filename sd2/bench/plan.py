@@ -73,6 +73,9 @@ class BenchPlan:
     forward_repeats: int = 5  # timed repetitions of each isolated forward (median taken)
     seed: int = 0  # sample j of prompt i uses seed + SAMPLE_SEED_STRIDE·j + i (module doc)
     samples: int = 1  # independent samples of each prompt at T > 0 (τ pools them); T = 0 runs one
+    # steered methods also record each block's unsteered counterfactual: the steering gain per cell
+    # (sd2.bench.gain); off by default, as it costs an extra unsteered draft and verify per block
+    counterfactual: bool = False
     top_k: int = 0  # sampling filters, applied to every method identically (0 / 1.0 = off)
     top_p: float = 1.0
     quick: bool = False

@@ -1,11 +1,15 @@
 """The versioned JSON schema of a benchmark result, and writing JSON / Markdown / HTML files.
 
-Schema `sd2.bench` version 5 (bump SCHEMA_VERSION on any change of keys or meaning):
+Schema `sd2.bench` version 6 (bump SCHEMA_VERSION on any change of keys or meaning):
     schema, schema_version, created_at (ISO 8601 UTC), command, machine{…}, models{…}, plan{…},
     prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
     forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
-    cells[CellSummary fields; tokens_per_s* as {median, low, high, n, relative}], best_k[…],
-    generations[one row per timed or warm-up generation, with its repeat and sample].
+    cells[CellSummary fields; tokens_per_s* as {median, low, high, n, relative}; steering_gain as
+    CellGain fields or null], best_k[…],
+    generations[one row per timed or warm-up generation, with its repeat and sample, its
+    counterfactual_ms and counterfactual sums (CounterfactualSums fields or null)].
+Readers of older results: plan.counterfactual, cells' steering_gain and the generations' counterfactual
+keys are absent before version 6 (no counterfactuals were run).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 5  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
-# 4: k may be "auto", cells' mean_k; 5: machine.cpu_model
+SCHEMA_VERSION = 6  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
+# 4: k may be "auto", cells' mean_k; 5: machine.cpu_model; 6: plan.counterfactual, cells' steering_gain,
+# generations' counterfactual_ms and counterfactual (wall_ms now excludes counterfactual_ms)
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",
@@ -43,6 +48,14 @@ CONVENTIONS = {
     "samples": "sample j of prompt i is decoded with seed + 1000·j + i, at T > 0 only; τ, acceptance and α̂ "
     "pool every sample; repetitions redraw the same samples (they are for timing)",
     "greedy_match": "T = 0: fraction of prompts with token ids identical to verifier (else hf-generate)",
+    "steering_gain": "--counterfactual, steered methods: each block's steered draft against the same "
+    "drafter's unsteered draft from the same prefix, judged by the verifier on the side; steered / "
+    "unsteered = mean expected accepted drafts per block (Σ_j Π_{i≤j} min(1, p_i/q_i)), gain = their "
+    "difference, pooled over the blocks of the first repetition; low / high = 95 % Student-t interval of "
+    "prompt_gain, the mean over prompts of each prompt's mean gain per block (blocks of one prompt are "
+    "correlated); won / tied / lost = blocks by the sign of the gain (|gain| ≤ 1e-6 ties)",
+    "counterfactual_ms": "time spent on counterfactuals (the unsteered twin's prompt forward included), "
+    "taken out of each generation's wall_ms and prefill_ms, so no speed figure includes it",
 }
 
 
@@ -141,6 +154,8 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
                 "wall_ms": m.stats.wall_ms,
                 "judged_blocks": m.stats.judged_blocks,
                 "judged_tokens": m.stats.judged_tokens,
+                "counterfactual_ms": m.stats.counterfactual_ms,
+                "counterfactual": None if m.stats.counterfactual is None else asdict(m.stats.counterfactual),
             }
             for m in result.measurements
         ],

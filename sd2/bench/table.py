@@ -2,6 +2,7 @@
 
 Table 1 follows the paper's layout: one row per method (speculative ones per k), τ per prompt set,
 mean τ over the sets, and mean decode speed-up over `verifier` (else `hf-generate`) over the sets.
+With `--counterfactual` a "Steering gain" table follows (sd2.bench.gain), one row per steered cell.
 """
 
 from __future__ import annotations
@@ -115,6 +116,56 @@ def profile_table(cells: Sequence[dict]) -> str:
     return _markdown(header, rows)
 
 
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.3f}"
+
+
+def _interval(gain: dict) -> str:
+    """'+0.120 [+0.030, +0.210]', or the mean alone when one prompt gives no interval."""
+    if gain["low"] is None:
+        return _signed(gain["prompt_gain"])
+    return f"{_signed(gain['prompt_gain'])} [{_signed(gain['low'])}, {_signed(gain['high'])}]"
+
+
+def gain_table(cells: Sequence[dict]) -> str:
+    """Steered against unsteered expected accepted drafts per block, one row per cell that has them."""
+    header = ["Method", "Set", "T", "k", "prompts", "blocks", "steered", "unsteered", "gain (blocks)"]
+    header += ["gain per prompt [95 % CI]", "won / tied / lost"]
+    rows = []
+    for c in cells:
+        gain = c.get("steering_gain")  # absent before schema version 6
+        if gain:
+            rows.append(
+                [
+                    c["method"],
+                    c["prompt_set"],
+                    f"{c['temperature']:g}",
+                    str(c["k"]),
+                    str(gain["n_prompts"]),
+                    str(gain["n_blocks"]),
+                    f"{gain['steered']:.3f}",
+                    f"{gain['unsteered']:.3f}",
+                    _signed(gain["gain"]),
+                    _interval(gain),
+                    f"{gain['won']} / {gain['tied']} / {gain['lost']}",
+                ]
+            )
+    return _markdown(header, rows)
+
+
+GAIN_NOTE = (
+    "Each steered block's own draft against the same drafter's draft with its steering off, from the same "
+    "prefix and as long, judged by the verifier on the side (`--counterfactual`, sd2.counterfactual). "
+    "steered / unsteered: mean expected accepted drafts per block, Σ_j Π_{i≤j} min(1, p_i/q_i) (exact "
+    "counts at T = 0), pooled over the blocks of the first repetition; gain (blocks): their difference. "
+    "Blocks of one prompt are correlated, so the 95 % interval is a Student-t interval over the prompts' "
+    "mean gains per block (n = prompts), not over blocks. won / tied / lost: blocks where the steered "
+    "draft expected more / the same (±1e-6) / fewer. Speeds: the counterfactuals' time "
+    "(`metrics.counterfactual_ms`, the unsteered twin's prompt forward included) is subtracted from each "
+    "generation's wall and prefill times, so the tokens/s above leave it out.\n"
+)
+
+
 def forward_table(forward_times: Sequence[dict]) -> str:
     rows = []
     for f in forward_times:
@@ -149,7 +200,8 @@ def markdown_report(data: dict) -> str:
         f"drafters: {data['models']['drafters'] or 'none'}",
         f"- plan: {plan['max_new_tokens']} new tokens, {plan['repeats']} repetitions "
         f"(+{plan['warmup']} warm-up), k ∈ {plan['ks']}, T ∈ {plan['temperatures']}"
-        f"{_samples_note(plan)}{', quick' if plan['quick'] else ''}",
+        f"{_samples_note(plan)}{', counterfactuals' if plan.get('counterfactual') else ''}"
+        f"{', quick' if plan['quick'] else ''}",
     ]
     for s in data["prompt_sets"]:
         note = " — **demo prompts, not a benchmark set**" if s["demo"] else ""
@@ -175,6 +227,10 @@ def markdown_report(data: dict) -> str:
                 ],
             )
         )
+    if any(c.get("steering_gain") for c in data["cells"]):
+        parts.append("\n## Steering gain: steered vs unsteered drafts of the same blocks\n")
+        parts.append(GAIN_NOTE)
+        parts.append(gain_table(data["cells"]))
     if any(c.get("time_profile") for c in data["cells"]):
         parts.append("\n## Where the decode time goes (ms per emitted token, share of decode time)\n")
         parts.append(profile_table(data["cells"]))

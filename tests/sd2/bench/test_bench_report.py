@@ -55,6 +55,7 @@ CELL_KEYS = {
     "greedy_match": (float, type(None)),
     "time_profile": (dict, type(None)),
     "mean_k": (float, type(None)),
+    "steering_gain": (dict, type(None)),
 }
 SPREAD_KEYS = {"median", "low", "high", "n", "relative"}
 PROMPT_SET_KEYS = {"name", "source", "demo", "n_prompts", "n_available", "n_too_long", "sha256"}
@@ -71,6 +72,8 @@ GENERATION_KEYS = {
     "wall_ms",
     "judged_blocks",
     "judged_tokens",
+    "counterfactual_ms",
+    "counterfactual",
 }
 PLAN_KEYS = {
     "methods",
@@ -88,6 +91,7 @@ PLAN_KEYS = {
     "top_p",
     "quick",
     "k_sweep",
+    "counterfactual",
 }
 
 INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tmp/d"})
@@ -96,7 +100,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 5)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 6)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     assert set(data["models"]) == {"verifier", "drafters", "device", "dtype", "batch_invariant"}
