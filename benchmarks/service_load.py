@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--method", default="verifier")
     p.add_argument("--queue", type=int, default=None, help="SD2_GENERATION_QUEUE (default: the service's)")
+    p.add_argument("--max-batch", type=int, default=None, help="SD2_MAX_BATCH (default: the service's)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     return p.parse_args(argv)
 
@@ -60,7 +61,10 @@ def run(args: argparse.Namespace) -> dict:
     settings = Settings(home=home, verifier=args.verifier, device="cpu")
     if args.queue is not None:
         settings = replace(settings, generation_queue=args.queue)
-    engine = Engine.load(args.verifier, shipped=False, device="cpu")
+    if args.max_batch is not None:
+        settings = replace(settings, max_batch=args.max_batch)
+    # the shipped drafters only when the method is one of them (loading them costs seconds)
+    engine = Engine.load(args.verifier, shipped=args.method not in ("verifier", "self"), device="cpu")
     body = {"prompt": "Say hi.", "method": args.method, "max_new_tokens": args.max_new_tokens, "k": 4}
     probes: list[float] = []
     done = threading.Event()
@@ -73,8 +77,13 @@ def run(args: argparse.Namespace) -> dict:
                     http.get(path).raise_for_status()
                     probes.append(time.perf_counter() - start)
 
+    latencies: list[float] = []
+
     def generate(client: httpx.Client) -> httpx.Response:
-        return client.post("/generate", json=body)
+        start = time.perf_counter()
+        response = client.post("/generate", json=body)
+        latencies.append(time.perf_counter() - start)
+        return response
 
     with serve_in_thread(create_app(settings, engine=engine)) as url:
         httpx.post(f"{url}/generate", json=body, timeout=600).raise_for_status()  # warm-up (stored)
@@ -92,6 +101,8 @@ def run(args: argparse.Namespace) -> dict:
         for client in clients:
             client.close()
     codes = [r.status_code for r in responses]
+    tokens = sum(len(r.json()["token_ids"]) for r in responses if r.status_code == 200)
+    served_latency = sorted(latencies)
     retry_after = {r.headers.get("Retry-After") for r in responses if r.status_code == 429}
     with sqlite3.connect(home / "sd2.db") as conn:
         stored = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'succeeded'").fetchone()[0] - 1
@@ -103,6 +114,10 @@ def run(args: argparse.Namespace) -> dict:
         "stored": stored,
         "queue": settings.generation_queue,
         "wall_s": wall_s,
+        "max_batch": settings.max_batch,
+        "tokens_per_s": tokens / wall_s,
+        "latency_p50_s": statistics.median(served_latency),
+        "latency_p95_s": served_latency[round(0.95 * (len(served_latency) - 1))],
         "probes": len(probes),
         "probe_median_s": statistics.median(probes) if probes else float("nan"),
         "probe_max_s": max(probes) if probes else float("nan"),
@@ -119,11 +134,12 @@ def report(args: argparse.Namespace, r: dict) -> tuple[str, bool]:
         f"{os.cpu_count()} CPUs, torch threads {r['threads']}, Python {platform.python_version()}",
         f"- command: `{shlex.join([sys.executable, *sys.argv])}`",
         "",
-        "| clients | queue | served (200) | refused (429) | other | stored runs | wall s | probes "
-        "| probe median ms | probe max ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {args.clients} | {r['queue']} | {r['served']} | {r['refused']} (Retry-After "
+        "| clients | queue | max batch | served (200) | refused (429) | other | stored runs | wall s "
+        "| aggregate tok/s | latency p50 / p95 s | probes | probe median ms | probe max ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {args.clients} | {r['queue']} | {r['max_batch']} | {r['served']} | {r['refused']} (Retry-After "
         f"{', '.join(r['retry_after']) or '-'}) | {r['other']} | {r['stored']} | {r['wall_s']:.1f} "
+        f"| {r['tokens_per_s']:.1f} | {r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f} "
         f"| {r['probes']} | {r['probe_median_s'] * 1e3:.0f} | {r['probe_max_s'] * 1e3:.0f} |",
         "",
         f"**{'PASS' if ok else 'FAIL'}**: every request 200 or 429, every served run stored, "

@@ -53,13 +53,22 @@ def test_a_k_zero_block_keeps_its_empty_rows_on_the_models_device():
     decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP)
     blocks = list(decoder.run(PROMPT))
     assert blocks[-1].k == 0 and len(_ids(blocks)) == 2
-    tokens, logits, probs = decoder._draft(0)
+    tokens, logits, probs = _without_calls(decoder._draft(0))
     assert logits.device.type == probs.device.type == "cuda" and tokens.numel() == 0
+
+
+def _without_calls(program):
+    """The value a decoding sub-program returns when it needs no model call (a k = 0 draft)."""
+    try:
+        call = next(program)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError(f"a k = 0 draft asked for {call!r}")
 
 
 def test_a_k_zero_block_keeps_its_empty_rows_on_the_models_device_cpu():
     verifier, drafter, head = _pair("cpu")
     decoder = SpeculativeDecoder(verifier, drafter, head, DecodeConfig(k=4), NO_STOP)
-    tokens, logits, probs = decoder._draft(0)
+    tokens, logits, probs = _without_calls(decoder._draft(0))
     assert tokens.numel() == 0 and logits.shape == probs.shape == (0, verifier.config.vocab_size)
     assert logits.device == torch.device("cpu")
