@@ -119,11 +119,7 @@ class UnsteeredTwin:
             logits = self.step.logits(inputs)  # [V] or [N]
             token, probs = picker.pick(logits)
             if self.draft_head is not None:
-                token = int(self.draft_head.token_ids[token])
-                logits, probs = (
-                    self.draft_head.expand(logits, float("-inf")),
-                    self.draft_head.expand(probs, 0.0),
-                )
+                token, logits, probs = self.draft_head.to_vocabulary(token, logits, probs)
             drafts.append(token)
             logit_rows.append(logits)
             rule_rows.append(probs)

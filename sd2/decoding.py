@@ -347,11 +347,7 @@ class SpeculativeDecoder:
             token, probs = self.picker.pick(logits)
             confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
             if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
-                token = int(self.draft_head.token_ids[token])
-                logits, probs = (
-                    self.draft_head.expand(logits, float("-inf")),
-                    self.draft_head.expand(probs, 0.0),
-                )
+                token, logits, probs = self.draft_head.to_vocabulary(token, logits, probs)
             tokens.append(token)
             logit_rows.append(logits)
             prob_rows.append(probs)

@@ -103,6 +103,13 @@ class ReducedHead(nn.Module):
         out = rows_product(rows, packed_weight(self) if layout == PACKED else weight, None, layout)
         return out.reshape(*hidden.shape[:-1], weight.shape[0])
 
+    def to_vocabulary(
+        self, token: int, logits: torch.Tensor, probs: torch.Tensor
+    ) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """A draft picked over the N kept tokens, back in the full vocabulary: its id, and its logits and
+        rule probabilities [N] → [V] (−inf and q = 0 at pruned tokens)."""
+        return int(self.token_ids[token]), self.expand(logits, float("-inf")), self.expand(probs, 0.0)
+
     def expand(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
         """rows [..., N] → [..., V] with `fill` at pruned tokens (−inf for logits, 0 for probs)."""
         full = rows.new_full((*rows.shape[:-1], self.vocab_size), fill)
