@@ -48,9 +48,15 @@ def token_span(token: dict, block: int, position: int, why: str = "") -> str:
         + f"\ntoken id {token.get('token_id')}: {token.get('text', '')!r}"
         + ("\nclick for why" if why else "")
     )
+    return _span(f"sd2-tok sd2-{html.escape(status)}", token_style(status), tooltip, token, why)
+
+
+def _span(classes: str, style: str, tooltip: str, token: dict, why: str) -> str:
+    """A token's span with its tooltip, clickable (`data-why`) and followed by its explanation template
+    when `why` is given."""
     clickable = ' data-why="1"' if why else ""
     return (
-        f'<span class="sd2-tok sd2-{html.escape(status)}" style="{token_style(status)}"{clickable} '
+        f'<span class="{classes}" style="{style}"{clickable} '
         f'title="{html.escape(tooltip, quote=True)}">{visible_text(str(token.get("text", "")))}</span>'
         + (why_template(why) if why else "")
     )
@@ -81,12 +87,7 @@ def counterfactual_span(token: dict, block: int, position: int, why: str = "") -
         f"token id {token.get('token_id')}: {token.get('text', '')!r}" + ("\nclick for why" if why else "")
     )
     kind = html.escape(str(status or "sampled"))
-    clickable = ' data-why="1"' if why else ""
-    return (
-        f'<span class="sd2-cf sd2-cf-{kind}" style="{counterfactual_style(token)}"{clickable} '
-        f'title="{html.escape(tooltip, quote=True)}">{visible_text(str(token.get("text", "")))}</span>'
-        + (why_template(why) if why else "")
-    )
+    return _span(f"sd2-cf sd2-cf-{kind}", counterfactual_style(token), tooltip, token, why)
 
 
 def outcome_mark(record: dict) -> str:

@@ -41,7 +41,7 @@ class _Row:
     call: Call | None = None  # the call it waits on; None: it has to be advanced
     result: object = None  # what to send it when advanced
     done: bool = False
-    shared: int = 1  # requests in its latest verifier forward: its next Block's batch_size
+    shared: int = 1  # requests in its latest forward; a Block follows a verify, so: its batch_size
 
 
 @dataclass
@@ -134,14 +134,7 @@ class Batch:
                 continue
             key = (id(step.model), id(step.draft_head), tuple(sorted(call.biases)))
             groups.setdefault(key, []).append(row)
-        for group in groups.values():
-            for chunk in _chunks(group, self.max_rows):
-                if len(chunk) == 1:
-                    self._finish(chunk[0], execute_solo(chunk[0].call))
-                    continue
-                for row, logits in zip(chunk, _draft_together([r.call for r in chunk]), strict=True):
-                    self._finish(row, logits)
-                report.draft_rows.append(len(chunk))
+        report.draft_rows += self._together(groups.values(), _draft_together)
 
     def _verify(self, rows: Sequence[_Row], report: RoundReport) -> None:
         groups: dict[int, list[_Row]] = {}
@@ -152,15 +145,26 @@ class Batch:
                 self._finish(row, execute_solo(call))
                 continue
             groups.setdefault(id(call.verifier), []).append(row)
-        for group in groups.values():
+        report.verify_rows += self._together(groups.values(), _verify_together)
+
+    def _together(self, groups, run_together) -> list[int]:
+        """Each group's calls in chunks of at most max_rows token rows, a chunk's calls by `run_together`
+        (one alone as in a solo run); each row learns how many shared its forward. Returns the sizes of
+        the shared forwards."""
+        shared = []
+        for group in groups:
             for chunk in _chunks(group, self.max_rows):
-                if len(chunk) == 1:
-                    self._finish(chunk[0], execute_solo(chunk[0].call))
-                    continue
-                for row, result in zip(chunk, _verify_together([r.call for r in chunk]), strict=True):
+                results = _alone(chunk[0].call) if len(chunk) == 1 else run_together([r.call for r in chunk])
+                for row, result in zip(chunk, results, strict=True):
                     row.shared = len(chunk)
                     self._finish(row, result)
-                report.verify_rows.append(len(chunk))
+                if len(chunk) > 1:
+                    shared.append(len(chunk))
+        return shared
+
+
+def _alone(call: Call) -> list:
+    return [execute_solo(call)]
 
 
 def _batchable_model(model) -> bool:
