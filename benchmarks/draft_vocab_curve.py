@@ -30,6 +30,7 @@ from sd2.devices import cpu_model
 from sd2.draft_step import next_logits
 from sd2.draft_vocab import coverage, reduced_head_for
 from sd2.engine import Engine
+from sd2.models import load_tokenizer, resolve_model_path
 
 SIZES = (1024, 2048, 4096, 8192, 16384, 24576)
 
@@ -37,7 +38,7 @@ SIZES = (1024, 2048, 4096, 8192, 16384, 24576)
 def held_out_outputs(engine: Engine, per_set: int, max_new_tokens: int) -> dict[str, list[list[int]]]:
     """The verifier's greedy answers (through the sd2 drafter: the same tokens, faster) per prompt set."""
     decode = DecodeConfig(k=3, max_new_tokens=max_new_tokens)
-    method = "sd2" if "sd2" in engine.drafters else "verifier"
+    method = "sd2" if "sd2" in engine.drafter_names() else "verifier"
     sets = load_prompt_sets(names=["chat", "code", "summarize"], max_prompts=per_set)
     return {s.name: [engine.generate(p.request(method, decode)).token_ids for p in s.prompts] for s in sets}
 
@@ -45,7 +46,7 @@ def held_out_outputs(engine: Engine, per_set: int, max_new_tokens: int) -> dict[
 @torch.inference_mode()
 def step_times(engine: Engine, drafter_name: str, vocabs: dict, rounds: int) -> dict[str, float]:
     """Median ms of one cached drafter step per head size ("full" = the model's own head)."""
-    model = engine.drafters[drafter_name].model
+    model = engine.drafter(drafter_name).model
     prompt = engine.encode(
         load_prompt_sets(names=["chat"], max_prompts=1)[0].prompts[0].request("verifier", DecodeConfig())
     )
@@ -76,8 +77,9 @@ def main() -> None:
 
     engine = Engine.load(dtype=args.dtype, draft_vocab=False)  # full heads: the curve cuts them itself
     answers = list(synth_answers(args.synth_files))
-    fallback = list(recorded_replies(engine.tokenizer, 2000))
-    vocabs = {n: ranked_vocab(answers, fallback, n, [engine.tokenizer.eos_token_id], "curve") for n in SIZES}
+    tokenizer = load_tokenizer(resolve_model_path(None))  # the embedded verifier's, as `sd2 data draft-vocab`
+    fallback = list(recorded_replies(tokenizer, 2000))
+    vocabs = {n: ranked_vocab(answers, fallback, n, [tokenizer.eos_token_id], "curve") for n in SIZES}
     outputs = held_out_outputs(engine, args.per_set, args.max_new_tokens)
     times = step_times(engine, args.drafter, vocabs, args.rounds)
     verifier_ms = statistics.median(_verifier_steps(engine, args.rounds))

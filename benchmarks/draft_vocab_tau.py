@@ -39,10 +39,10 @@ def main() -> None:
 
     engine = Engine.load(dtype=args.dtype)
     for name in args.drafters:
-        drafter = engine.drafters[name]
+        drafter = engine.drafter(name)
         if drafter.draft_head is None:
             raise SystemExit(f"{name} ships no draft_vocab.json")
-        engine.drafters[f"{name}/full"] = replace(drafter, name=f"{name}/full", draft_head=None)
+        engine.add_drafter(replace(drafter, name=f"{name}/full", draft_head=None))
     decode = DecodeConfig(k=args.k, max_new_tokens=args.max_new_tokens)
     sets = load_prompt_sets(names=list(SETS), max_prompts=args.per_set)
     warmup = sets[0].prompts[0]  # the first calls of each shape are slow: one untimed run per variant
@@ -50,7 +50,7 @@ def main() -> None:
         engine.generate(warmup.request(method, decode))
     rows = []
     for name in args.drafters:
-        size = engine.drafters[name].draft_head.token_ids.numel()
+        size = engine.drafter(name).draft_head.token_ids.numel()
         for prompt_set in sets:
             stats = {
                 variant: {"tokens": 0, "blocks": 0, "ms": 0.0, "draft_ms": 0.0, "drafts": 0}

@@ -135,9 +135,7 @@ def report(args: argparse.Namespace, engine, data: dict, home: Path) -> int:
     """Print the table; return 0 (PASS), 1 (FAIL) or 2 (INCONCLUSIVE: the machine was too noisy)."""
     print(f"# service overhead — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.1f}, ", end="")
-    print(
-        f"Python {platform.python_version()}, device {engine.placement.label}, torch threads {args.threads}"
-    )
+    print(f"Python {platform.python_version()}, device {engine.device_label}, torch threads {args.threads}")
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     n = args.prompts * args.repeats
     print(f"{n} requests per method ({args.prompts} prompts × {args.repeats} repeats), ", end="")
