@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sd2.config import AUTO_K, AUTO_MAX_K
+from sd2.config import AUTO_K, AUTO_MAX_K, DECODE_DEFAULTS
 
 VERIFIER = "verifier"  # our verifier-only loop (Engine method "verifier"): the speed-up baseline
 HF_GENERATE = "hf-generate"  # transformers `generate` on the verifier alone: the plain user baseline
@@ -60,24 +60,28 @@ class Cell:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """Everything that decides what runs. Defaults are a full run; `quick_plan` shrinks it."""
+    """Everything that decides what runs. Defaults are a full run; `quick_plan` shrinks it. The decode
+    settings (k, temperature, max_new_tokens, seed, top_k, top_p) default to DECODE_DEFAULTS, the one
+    source `sd2 generate` and the API read too."""
 
     methods: tuple[MethodSpec, ...]
-    ks: tuple[int | str, ...] = (AUTO_K,)  # draft lengths, or "auto" (the default everywhere)
-    temperatures: tuple[float, ...] = (0.0,)  # 0 = greedy, where outputs must match the verifier exactly
-    max_new_tokens: int = 128  # the paper evaluates 128 new tokens
+    ks: tuple[int | str, ...] = (DECODE_DEFAULTS.k,)  # draft lengths, or "auto"
+    # 0 = greedy, where outputs must match the verifier exactly
+    temperatures: tuple[float, ...] = (DECODE_DEFAULTS.temperature,)
+    max_new_tokens: int = DECODE_DEFAULTS.max_new_tokens
     repeats: int = 3  # timed repetitions per cell; medians and spreads are over these (Spec-Bench uses 3)
     warmup: int = 1  # untimed generations per cell before the first timed one (allocators, caches)
     max_prompts: int | None = 10  # prompts used per set; None = all (a full set is hours on 2 CPU cores)
     forward_prompts: int = 3  # prompts per set on which the isolated forward times are measured
     forward_repeats: int = 5  # timed repetitions of each isolated forward (median taken)
-    seed: int = 0  # sample j of prompt i uses seed + SAMPLE_SEED_STRIDE·j + i (module doc)
+    seed: int = DECODE_DEFAULTS.seed  # sample j of prompt i uses seed + SAMPLE_SEED_STRIDE·j + i (module doc)
     samples: int = 1  # independent samples of each prompt at T > 0 (τ pools them); T = 0 runs one
     # steered methods also record each block's unsteered counterfactual: the steering gain per cell
     # (sd2.bench.gain); off by default, as it costs an extra unsteered draft and verify per block
     counterfactual: bool = False
-    top_k: int = 0  # sampling filters, applied to every method identically (0 / 1.0 = off)
-    top_p: float = 1.0
+    # sampling filters, applied to every method identically (0 / 1.0 = off)
+    top_k: int = DECODE_DEFAULTS.top_k
+    top_p: float = DECODE_DEFAULTS.top_p
     quick: bool = False
     k_sweep: bool = False
 

@@ -6,6 +6,7 @@ import pytest
 
 from sd2.bench.command import add_arguments, build_plan
 from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, resolve_methods
+from sd2.config import DECODE_DEFAULTS
 
 
 def names(methods):
@@ -74,6 +75,18 @@ def test_quick_and_explicit_options():
     )
     assert [m.name for m in full.methods] == ["verifier", "self", "hf-generate"]
     assert (full.ks, full.temperatures, full.max_new_tokens, full.repeats) == ((3, 5), (0.0, 1.0), 128, 3)
+
+
+def test_plan_decode_settings_default_to_decode_defaults():
+    """One source: a plan's k, temperature, length, seed and filters are DecodeConfig's defaults."""
+    plan = build_plan(parse(), [])
+    assert plan.ks == (DECODE_DEFAULTS.k,) and plan.temperatures == (DECODE_DEFAULTS.temperature,)
+    assert (plan.max_new_tokens, plan.seed, plan.top_k, plan.top_p) == (
+        DECODE_DEFAULTS.max_new_tokens,
+        DECODE_DEFAULTS.seed,
+        DECODE_DEFAULTS.top_k,
+        DECODE_DEFAULTS.top_p,
+    )
 
 
 def test_k_auto_is_the_default_and_mixes_with_fixed_k():
