@@ -16,7 +16,8 @@ from pathlib import Path
 HOME_ENV = "SD2_HOME"
 ASSETS_ENV = "SD2_ASSETS"
 DEFAULT_HOME = "~/.cache/sd2"
-_CHECKOUT_ASSETS = Path(__file__).resolve().parents[1] / "assets"  # beside the package in a checkout
+_CHECKOUT = Path(__file__).resolve().parents[1]  # the repository root, when the package runs from a checkout
+_CHECKOUT_ASSETS = _CHECKOUT / "assets"  # beside the package in a checkout
 
 
 class AssetsNotFoundError(FileNotFoundError):
@@ -51,3 +52,32 @@ def asset_path(*parts: str, env: Mapping[str, str] | None = None) -> Path:
 def prompts_dir(env: Mapping[str, str] | None = None) -> Path:
     """The held-out prompt sets (`sd2 data prompt-sets` writes them, `sd2 bench` reads them)."""
     return asset_path("prompts", env=env)
+
+
+def repo_root() -> Path | None:
+    """The checkout the package runs from (pyproject.toml beside sd2/), else None (an installed copy)."""
+    return _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else None
+
+
+def repo_relative(path: str | Path, root: Path | None = None) -> str:
+    """How a record names a file: relative to the repository root (`root`, default `repo_root()`) when
+    it lies inside it, e.g. "assets/prompts/chat.jsonl", so a committed record reads the same on every
+    machine; absolute when it lies outside. A relative path that names nothing on disk (a hub id) is
+    kept as given."""
+    given = Path(path)
+    if not given.is_absolute() and not given.exists():
+        return str(path)
+    absolute = Path(os.path.abspath(given))
+    return inside_repo(absolute, root) or str(absolute)
+
+
+def inside_repo(path: Path, root: Path | None = None) -> str | None:
+    """An absolute `path` relative to the repository root (`root`, default `repo_root()`), or None when it
+    lies outside (or there is no checkout). Symbolic links in `path` are tried resolved too."""
+    root = repo_root() if root is None else root
+    if root is None or not path.is_absolute():
+        return None
+    for candidate in dict.fromkeys((path, path.resolve())):
+        if candidate.is_relative_to(root):
+            return candidate.relative_to(root).as_posix()
+    return None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sd2.config import DecodeConfig
 from sd2.engine import GenerateRequest
-from sd2.paths import assets_dir, prompts_dir
+from sd2.paths import assets_dir, prompts_dir, repo_relative
 
 DEMO_SET = "demo"
 DEMO_SOURCE = "sd2.bench.prompts.DEMO_PROMPTS (built in)"
@@ -50,7 +50,7 @@ class PromptSet:
 
     name: str
     prompts: tuple[BenchPrompt, ...]
-    source: str  # file path, or DEMO_SOURCE
+    source: str  # file path (repo-relative inside the repository: sd2.paths.repo_relative), or DEMO_SOURCE
     demo: bool  # True for the built-in demo set: numbers on it are a smoke test, not a benchmark
     n_available: int  # prompts in the source before --max-prompts
     sha256: str | None = None  # of the source file, so a result names the exact prompt version
@@ -105,7 +105,8 @@ def read_prompt_file(path: Path, max_prompts: int | None = None) -> PromptSet:
     origins = list(dict.fromkeys(str(r["source"]) for r in rows if "source" in r))
     if len(origins) > 2:  # many files of one package: name the package and count the files
         origins = [f"{' '.join(origins[0].split()[:2])}, {len(origins)} files"]
-    source = f"{path} ({'; '.join(origins)})" if origins else str(path)
+    name = repo_relative(path)  # as records name it: "assets/prompts/chat.jsonl" on every machine
+    source = f"{name} ({'; '.join(origins)})" if origins else name
     return PromptSet(
         path.stem, tuple(prompts[:max_prompts]), source, False, len(prompts), hashlib.sha256(raw).hexdigest()
     )

@@ -8,6 +8,8 @@ Schema `sd2.bench` version 6 (bump SCHEMA_VERSION on any change of keys or meani
     CellGain fields or null], best_k[…],
     generations[one row per timed or warm-up generation, with its repeat and sample, its
     counterfactual_ms and counterfactual sums (CounterfactualSums fields or null)].
+Paths (prompt set sources, drafters, the command's arguments) are relative to the repository root when
+they lie inside it ("assets/prompts/chat.jsonl"), absolute otherwise (sd2.paths.repo_relative).
 Readers of older results: plan.counterfactual, cells' steering_gain and the generations' counterfactual
 keys are absent before version 6 (no counterfactuals were run).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from sd2.bench.aggregate import CellSummary, Spread
 from sd2.bench.harness import BenchResult
+from sd2.paths import inside_repo, repo_relative
 
 SCHEMA = "sd2.bench"
 SCHEMA_VERSION = 6  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
@@ -98,6 +102,31 @@ def _cell_dict(cell: CellSummary) -> dict:
     return data
 
 
+def recorded_command(command: str) -> str:
+    """The command line as a record names it: each absolute path argument inside the repository made
+    repo-relative (`--drafter sd2=/repo/assets/drafters/sd2` → `--drafter sd2=assets/drafters/sd2`);
+    everything else, paths outside the repository included, as given."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not a shell-quoted line: keep it
+        return command
+    changed = [_relative_word(word) for word in words]
+    return command if changed == words else shlex.join(changed)
+
+
+def _relative_word(word: str) -> str:
+    """One argument with its absolute path (the whole word, or after `NAME=`) repo-relative if inside."""
+    if word.startswith("/"):
+        prefix, path = "", word
+    elif "=/" in word:
+        name, _, rest = word.partition("=/")
+        prefix, path = f"{name}=", f"/{rest}"
+    else:
+        return word
+    relative = inside_repo(Path(path))
+    return word if relative is None else prefix + relative
+
+
 def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = None) -> dict:
     """The whole result as plain JSON types, in the key order of the module docstring."""
     plan = result.plan
@@ -107,11 +136,11 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created_at": (created_at or datetime.now(UTC)).isoformat(timespec="seconds"),
-        "command": info.command,
+        "command": recorded_command(info.command),
         "machine": machine_info(),
         "models": {
             "verifier": info.verifier,
-            "drafters": dict(info.drafters),
+            "drafters": {name: repo_relative(path) for name, path in info.drafters.items()},
             "device": info.device,
             "dtype": info.dtype,
             "batch_invariant": info.batch_invariant,

@@ -7,7 +7,15 @@ import pytest
 from sd2.bench.prompts import DEMO_SET, load_prompt_sets
 from sd2.embedded import EMBEDDED_VERIFIER, embedded_verifier_path
 from sd2.models import resolve_model_path
-from sd2.paths import AssetsNotFoundError, asset_path, assets_dir, prompts_dir, sd2_home
+from sd2.paths import (
+    AssetsNotFoundError,
+    asset_path,
+    assets_dir,
+    prompts_dir,
+    repo_relative,
+    repo_root,
+    sd2_home,
+)
 from sd2.shipped import shipped_drafters
 
 CHECKOUT_ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -25,6 +33,26 @@ def test_assets_default_to_the_checkout_and_follow_the_environment(tmp_path):
     assert prompts_dir({}) == CHECKOUT_ASSETS / "prompts"
     assert assets_dir({"SD2_ASSETS": str(tmp_path)}) == tmp_path
     assert asset_path("drafters", "sd2", env={"SD2_ASSETS": str(tmp_path)}) == tmp_path / "drafters" / "sd2"
+
+
+def test_a_path_inside_the_checkout_is_named_relative_to_it_and_one_outside_absolutely(tmp_path, monkeypatch):
+    root = CHECKOUT_ASSETS.parent
+    assert repo_root() == root
+    assert repo_relative(root / "assets" / "prompts" / "chat.jsonl") == "assets/prompts/chat.jsonl"
+    assert repo_relative(str(root / "assets" / "drafters" / "sd2")) == "assets/drafters/sd2"
+    assert repo_relative(tmp_path / "chat.jsonl") == str(tmp_path / "chat.jsonl")
+    assert repo_relative("some/hub-id") == "some/hub-id"  # names nothing on disk: kept as given
+    monkeypatch.chdir(root)
+    assert repo_relative("assets/prompts") == "assets/prompts"
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert repo_relative("mine") == str(tmp_path / "mine")  # relative to a folder outside: made absolute
+
+
+def test_an_installed_copy_has_no_checkout_and_keeps_paths_absolute(tmp_path, monkeypatch):
+    monkeypatch.setattr("sd2.paths._CHECKOUT", tmp_path / "site-packages")
+    assert repo_root() is None
+    assert repo_relative(CHECKOUT_ASSETS / "prompts") == str(CHECKOUT_ASSETS / "prompts")
 
 
 def test_readers_follow_sd2_assets(tmp_path, monkeypatch):

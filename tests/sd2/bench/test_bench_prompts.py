@@ -55,3 +55,18 @@ def test_named_sets_files_and_demo(tmp_path):
 def test_file_without_prompts_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no line with a 'prompt' or 'messages'"):
         read_prompt_file(write_jsonl(tmp_path / "empty.jsonl", [{"id": "x"}]))
+
+
+def test_a_prompt_file_inside_the_repository_is_recorded_by_its_repo_relative_path(tmp_path, monkeypatch):
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
+    (checkout / "assets" / "prompts").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    elsewhere.mkdir()
+    monkeypatch.setattr("sd2.paths._CHECKOUT", checkout)
+    row = [{"prompt": "Hi", "source": "sharegpt 1.0"}]
+    inside = read_prompt_file(write_jsonl(checkout / "assets" / "prompts" / "chat.jsonl", row))
+    assert inside.source == "assets/prompts/chat.jsonl (sharegpt 1.0)"
+    (only,) = load_prompt_sets(checkout / "assets" / "prompts")
+    assert only.source == inside.source
+    outside = write_jsonl(elsewhere / "chat.jsonl", row)
+    assert read_prompt_file(outside).source == f"{outside} (sharegpt 1.0)"  # outside: absolute

@@ -1,6 +1,7 @@
 """The JSON schema (keys and types are a contract: bump SCHEMA_VERSION to change them) and the tables."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,25 @@ def test_markdown_report_has_the_time_profile_of_our_cells(synthetic_result):
     section = markdown_report(data).split("## Where the decode time goes")[1]
     assert "| self (k=4) | chat | 0 | 0.9 (3%) | 2.2 (8%) | 0.0 (0%) | 24.7 (89%) | 27.8 |" in section
     assert "hf-generate" not in section.split("## Isolated")[0]
+
+
+def test_a_record_names_paths_inside_the_repository_relative_to_it(synthetic_result):
+    root = Path(__file__).resolve().parents[3]
+    drafter = root / "assets" / "drafters" / "sd2"
+    info = RunInfo(
+        command=f"sd2 -v bench --drafter sd2={drafter} --prompts-dir {root}/assets/prompts --out /tmp/b",
+        verifier="tiny",
+        drafters={"sd2": str(drafter), "hub": "org/a-drafter", "mine": "/tmp/d"},
+    )
+    data = to_json(synthetic_result, info)
+    assert data["command"] == (
+        "sd2 -v bench --drafter sd2=assets/drafters/sd2 --prompts-dir assets/prompts --out /tmp/b"
+    )
+    assert data["models"]["drafters"] == {
+        "sd2": "assets/drafters/sd2",
+        "hub": "org/a-drafter",
+        "mine": "/tmp/d",
+    }
+    assert str(root) not in markdown_report(data)
+    plain = "sd2 bench --prompt-sets 'chat code' --out /tmp/b"  # nothing inside: the line as given
+    assert to_json(synthetic_result, RunInfo(command=plain, verifier="tiny"))["command"] == plain
