@@ -68,7 +68,7 @@ def create_app(settings: Settings, engine: Engine | None = None, train_fn: Train
         version=sd2.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,  # served from packaged assets below, not a CDN (D11)
+        docs_url=None,  # served from packaged assets below, not a CDN: the docs work offline
         redoc_url=None,
     )
     install_api_docs(app)
@@ -109,7 +109,8 @@ def _start(
             sum(seconds.values()),
             ", ".join(f"{method} {s:.1f} s" for method, s in seconds.items()),
         )
-    for path in sweep_interrupted_saves(settings.drafters_dir):  # D12: a job's save that died mid-way
+    # what a job's checkpoint save that died mid-way left behind
+    for path in sweep_interrupted_saves(settings.drafters_dir):
         log.warning("swept %s, left by a checkpoint save that did not finish", path)
     host = ModelHost(engine, threading.Lock(), settings.time_budget_s, metrics, settings.max_batch)
     for drafter in engine.loaded_drafters():

@@ -43,7 +43,7 @@ async def decode_stored(
     services: Services, prepared: PreparedRequest, prompt_set: str | None, http: Request
 ) -> tuple[int, RunRecord]:
     """Decode an admitted request to the end, give its slot back and store the run; a client that hangs
-    up cancels it at the next block (D13). Returns (run id, record)."""
+    up cancels it at the next block instead of decoding on for nobody. Returns (run id, record)."""
     gone = threading.Event()
     watcher = asyncio.create_task(_watch_disconnect(http, gone))
     try:

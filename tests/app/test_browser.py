@@ -225,7 +225,8 @@ def test_a_stored_bench_result_shows_in_history_and_on_the_theory_curves(
 
 
 def test_the_api_docs_render_offline(ui, live_ui):
-    """D11: Swagger UI at /docs draws the API's operations with every request kept on loopback."""
+    """Swagger UI at /docs, served from packaged assets rather than a CDN, draws the API's operations
+    with every request kept on loopback."""
     ui.page.goto(f"{live_ui}/docs", wait_until="domcontentloaded")
     ui.page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=30_000)
     assert ui.page.locator(".swagger-ui .opblock").count() >= 20

@@ -117,7 +117,7 @@ def test_sd2_ui_command_is_wired():
 
 
 def test_a_wrong_method_on_an_api_path_is_405_not_the_uis_404(live_ui):
-    """D15: with the UI mounted at `/`, `GET /generate` used to fall through to the UI's 404."""
+    """With the UI mounted at `/`, `GET /generate` used to fall through to the UI's 404."""
     wrong = httpx.get(f"{live_ui}/generate")
     assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
     assert wrong.json()["detail"][0]["loc"] == ["method"]
@@ -128,7 +128,7 @@ def test_a_wrong_method_on_an_api_path_is_405_not_the_uis_404(live_ui):
 
 
 def test_the_mounted_ui_takes_no_file_uploads(live_ui):
-    """D10: Gradio's upload endpoint wrote any client's files into the temp folder without the key."""
+    """Gradio's upload endpoint wrote any client's files into the temp folder without the key."""
     import tempfile
     from pathlib import Path
 
@@ -145,7 +145,7 @@ OTHER_LOCAL_PAGE = "http://localhost:3000"  # another page on the same machine (
 
 @pytest.mark.parametrize("path", ["/gradio_api/info", "/config", "/runs", "/health"])
 def test_another_local_page_cannot_read_the_ui_or_the_api(live_ui, path):
-    """D9: Gradio's own CORS policy let any localhost origin call the mounted UI's endpoints (which run
+    """Gradio's own CORS policy let any localhost origin call the mounted UI's endpoints (which run
     generations and read every stored prompt through the API) with credentials."""
     response = httpx.get(f"{live_ui}{path}", headers={"Origin": OTHER_LOCAL_PAGE})
     assert "access-control-allow-origin" not in response.headers

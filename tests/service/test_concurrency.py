@@ -65,7 +65,7 @@ def test_twenty_concurrent_generate_requests_all_succeed_with_complete_consisten
 
 
 def test_past_the_generation_queue_requests_get_429_and_reads_keep_answering(settings, tiny_pair_dir):
-    """D7: with the model lock held and the queue full, one more generation is refused at once with
+    """With the model lock held and the queue full, one more generation is refused at once with
     429 + Retry-After (nothing stored), while /runs, /health and /ready answer on their own threads;
     once the lock is free the admitted ones all finish."""
     from sd2.engine import Engine

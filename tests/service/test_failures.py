@@ -144,7 +144,7 @@ def _await_log(caplog, text: str, timeout: float = 30) -> None:
 
 
 def test_a_store_failure_around_jobs_leaves_the_training_worker_alive(settings, caplog):
-    """D5: the store fails as one job ends and as the next starts; the worker lives on, /ready says so,
+    """The store fails as one job ends and as the next starts; the worker lives on, /ready says so,
     the two jobs are marked failed once the store is back, and a later job runs."""
     started, release = threading.Event(), threading.Event()
 
@@ -195,7 +195,7 @@ def _wait_job(client, job_id: int, timeout: float = 30) -> dict:
 
 
 def test_start_up_sweeps_what_a_dead_checkpoint_save_left(settings):
-    """D12: a process killed during a job's final save leaves hidden folders; the next start cleans them
+    """A process killed during a job's final save leaves hidden folders; the next start cleans them
     (only ones untouched for 15 minutes: another replica's save under way is left alone)."""
     import os
 
@@ -217,7 +217,7 @@ def test_start_up_sweeps_what_a_dead_checkpoint_save_left(settings):
 
 
 def test_a_store_that_cannot_be_written_gives_json_503_without_sql(settings):
-    """D8: another writer holds the lock past the busy timeout. /generate answers a JSON 503 naming the
+    """Another writer holds the lock past the busy timeout. /generate answers a JSON 503 naming the
     database (no SQL text, no library URL), a stream ends with the same short error line, /ready says
     not ready, and nothing is half-written."""
     quick = replace(settings, db_busy_timeout_ms=200)
@@ -245,7 +245,7 @@ def test_a_store_that_cannot_be_written_gives_json_503_without_sql(settings):
 
 
 def test_a_plain_request_whose_client_hangs_up_cancels_its_run(settings, tiny_pair_dir):
-    """D13: a non-streaming client gives up while its run waits for the model; the run stops at its first
+    """A non-streaming client gives up while its run waits for the model; the run stops at its first
     block and is stored as cancelled, instead of decoding to the end for nobody."""
     verifier_dir, drafter_dir = tiny_pair_dir
     engine = Engine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu")
@@ -267,7 +267,7 @@ def test_a_plain_request_whose_client_hangs_up_cancels_its_run(settings, tiny_pa
 
 
 def test_replicas_started_together_on_a_fresh_sqlite_file_all_come_up(tmp_path):
-    """D6 on SQLite (PostgreSQL: tests/service/test_postgres.py): four migrations race on a new file."""
+    """Four replicas' migrations race on a new SQLite file (PostgreSQL: tests/service/test_postgres.py)."""
     from service.db import SCHEMA_VERSION
 
     assert race_migrations(f"sqlite:///{tmp_path / 'fresh.db'}") == [SCHEMA_VERSION] * 4

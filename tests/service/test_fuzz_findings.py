@@ -44,7 +44,7 @@ def _raw_post(client, path: str, body: str):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 @pytest.mark.parametrize("field", ["temperature", "top_p", "draft_threshold"])
 def test_non_finite_json_numbers_are_a_4xx_naming_the_field(client, settings, literal, field):
-    # D1: Python's JSON parser accepts NaN / Infinity (and 1e999 overflows to inf); the 422 that
+    # Python's JSON parser accepts NaN / Infinity (and 1e999 overflows to inf); the 422 that
     # followed could not be rendered (its detail echoed the non-finite input) and became a 500.
     before = table_counts(settings)
     response = _raw_post(client, "/generate", f'{{"prompt": "Hi!", "method": "tiny", "{field}": {literal}}}')
@@ -62,7 +62,7 @@ def test_non_finite_json_numbers_are_a_4xx_naming_the_field(client, settings, li
     ],
 )
 def test_a_lone_surrogate_is_a_4xx_naming_the_field(client, settings, path, body, field):
-    # D2: "\ud800" is valid JSON but not Unicode text; it reached the tokenizer / the store (or an
+    # "\ud800" is valid JSON but not Unicode text; it reached the tokenizer / the store (or an
     # error message that could not be encoded) and gave a 500.
     before = table_counts(settings)
     response = _raw_post(client, path, body)
@@ -110,7 +110,7 @@ def test_a_token_that_decodes_to_nul_is_shown_as_the_replacement_character(tiny_
     ],
 )
 def test_datetimes_at_the_calendars_edge_are_answered_not_a_500(client, params, total):
-    # D3: converting these to UTC overflows the calendar; they are valid ISO 8601 and get an answer.
+    # Converting these to UTC overflows the calendar; they are valid ISO 8601 and get an answer.
     client.post("/generate", json=OK)
     response = client.get("/runs", params=params)
     assert response.status_code == 200, response.text
@@ -120,7 +120,7 @@ def test_datetimes_at_the_calendars_edge_are_answered_not_a_500(client, params, 
 
 @pytest.mark.parametrize("value", ["0.5", "1700000000", "yesterday"])
 def test_a_number_or_a_word_is_not_a_date(client, value):
-    # D3: pydantic took "0.5" as a Unix timestamp; only ISO 8601 is a date here.
+    # pydantic took "0.5" as a Unix timestamp; only ISO 8601 is a date here.
     response = client.get("/runs", params={"until": value})
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["query", "until"]

@@ -79,7 +79,7 @@ def test_importing_sd2_loads_no_web_or_db_framework():
 
 
 def test_a_loopback_server_refuses_other_host_headers(settings):
-    """D9 (DNS rebinding): a page on evil.example re-pointed at 127.0.0.1 sends `Host: evil.example`;
+    """DNS rebinding: a page on evil.example re-pointed at 127.0.0.1 sends `Host: evil.example`;
     the loopback server refuses it in the API's JSON shape, over real HTTP, and serves loopback names."""
     import httpx
 
@@ -108,7 +108,7 @@ def test_allowed_hosts_follow_the_bind_address_unless_configured():
 
 
 def test_the_api_docs_need_nothing_from_the_internet(client):
-    """D11: /docs and /redoc reference only assets this server serves (FastAPI's defaults use a CDN)."""
+    """/docs and /redoc reference only assets this server serves (FastAPI's defaults use a CDN)."""
     import re
 
     for page in ("/docs", "/redoc"):
@@ -123,7 +123,7 @@ def test_the_api_docs_need_nothing_from_the_internet(client):
 
 
 def test_openapi_documents_the_errors_every_operation_can_give(client):
-    """D15: 400 (Host) and 503 (store) on every operation, 413 where a body is read, 404 where the path
+    """400 (Host) and 503 (store) on every operation, 413 where a body is read, 404 where the path
     names an id (or a /v1 body a model), each with the error body's schema."""
     spec = client.get("/openapi.json").json()
     for path, operations in spec["paths"].items():

@@ -1,5 +1,6 @@
-"""Cross-origin policy (D9's CORS half): no other origin by default; SD2_CORS_ORIGINS lets named ones in,
-without credentials. The mounted UI's side is in tests/app/test_client_and_mount.py."""
+"""Cross-origin policy, the CORS half of keeping other pages on this machine out (the Host check against
+DNS rebinding is the other): no other origin by default; SD2_CORS_ORIGINS lets named ones in, without
+credentials. The mounted UI's side is in tests/app/test_client_and_mount.py."""
 
 from __future__ import annotations
 

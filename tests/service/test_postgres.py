@@ -97,7 +97,7 @@ def test_two_replicas_started_together_serve_twenty_clients_with_nothing_lost(pg
 
 
 def test_replicas_started_together_on_a_fresh_database_all_come_up(postgres_url):
-    """D6: four replicas' migrations race on an empty PostgreSQL; all finish, the schema made once."""
+    """Four replicas' migrations race on an empty PostgreSQL; all finish, the schema made once."""
     from service.db import SCHEMA_VERSION
 
     for attempt in range(4):

@@ -1,4 +1,4 @@
-"""D16: one generation may hold the model for the server's time budget, then ends with what it has.
+"""One generation may hold the model for the server's time budget, then ends with what it has.
 
 A long legal prompt with many new tokens used to hold the model lock for as long as it took (≈ 16 s
 for a 32 000-character prompt on the embedded pair). Now a run past `generation_time_budget_s` stops

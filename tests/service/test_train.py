@@ -177,7 +177,7 @@ def test_a_job_builds_its_trainer_with_build_trainer_and_leaves_the_global_rng_a
 
 
 def test_a_drafter_trained_on_one_replica_serves_on_another(settings):
-    """D14: two replicas share the database and SD2_HOME; a drafter replica A trains is unknown to B's
+    """Two replicas share the database and SD2_HOME; a drafter replica A trains is unknown to B's
     Engine until a request names it, then B loads it from the shared folder and decodes with it."""
     body = {"name": "shared", "base_drafter": "tiny", "steps": 2, "seq_len": 16, "batch_size": 2}
     with (
