@@ -28,11 +28,12 @@ def tiny_pair_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _one_torch_thread_for_tiny_models(request):
     """Tiny models gain nothing from intra-op threads, and on a 2-core machine shared with other
-    processes their spin-waiting makes each forward many times slower. Real-model tests keep them."""
+    processes their spin-waiting makes each forward many times slower. Real-model tests (slow) keep
+    them; statistical tests are slow too, but on tiny models, so they get one thread like the rest."""
     import torch
 
     before = torch.get_num_threads()
-    if "slow" not in request.keywords:
+    if "slow" not in request.keywords or "statistical" in request.keywords:
         torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)

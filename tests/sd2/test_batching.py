@@ -186,6 +186,8 @@ def test_a_small_row_limit_splits_the_forward_and_stays_exact(models):
     assert max(sizes) < len(MIXED)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_the_sampled_law_holds_per_row_when_batched():
     """The statistical exactness test with 8 rows per batch: emitted tokens 2 and 3 follow the verifier's
     law (steered, T = 1), over 4 000 seeds decoded 8 at a time."""

@@ -154,6 +154,8 @@ def _tiny_draft(verifier, drafter, seed: int, k: int = 4):
     return torch.tensor(tokens), torch.stack(q_rows), p
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_expected_accepted_length_matches_monte_carlo():
     """Σ_j Π_{i≤j} min(1, p_i/q_i) against the mean accepted count of Leviathan's rule on one draft."""
     verifier = peaky_llama(8, 0, hidden=16, layers=2)

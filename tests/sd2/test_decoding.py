@@ -150,6 +150,8 @@ def _bound(exact: torch.Tensor, n: int) -> float:
     return 3 * 0.5 * float(torch.sqrt(2 * exact * (1 - exact) / (torch.pi * n)).sum())
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_sampled_output_follows_the_verifier_law_with_and_without_steering(small_pair):
     verifier, drafter, head = small_pair
     exact = _exact_law(verifier)
@@ -161,6 +163,8 @@ def test_sampled_output_follows_the_verifier_law_with_and_without_steering(small
     assert _tv(steered_law, exact) < _tv(coarse, exact)  # the distance shrinks with samples
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_a_confidence_stop_keeps_the_verifier_law(small_pair):
     """Stopping a draft on the drafter's own probability changes how much is drafted, not the law."""
     verifier, drafter, head = small_pair
@@ -179,6 +183,8 @@ def test_steering_changes_acceptance_not_the_law(small_pair):
     assert plain.alpha_hat != pytest.approx(steer.alpha_hat, abs=1e-3)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_negative_control_always_accept_is_detected(small_pair, monkeypatch):
     verifier, drafter, _ = small_pair
 
@@ -212,6 +218,8 @@ def _empirical_law_reduced(verifier, drafter, head, draft_head, n: int) -> torch
     return counts / n
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_a_reduced_draft_vocabulary_keeps_the_verifier_law(small_pair):
     verifier, drafter, head = small_pair
     exact, n = _exact_law(verifier), 10_000
@@ -233,6 +241,8 @@ def test_a_reduced_vocabulary_drafts_only_kept_tokens_with_q_zero_elsewhere(smal
     assert emitted - set(KEPT)  # the residual and the bonus still reach pruned tokens
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_negative_control_a_verifier_cut_to_the_draft_vocabulary_is_detected(small_pair, monkeypatch):
     """Restricting the verifier's distribution to the kept tokens (a tempting shortcut) changes the law."""
     verifier, drafter, head = small_pair

@@ -150,6 +150,8 @@ def test_the_compiled_step_traces_once_and_keeps_greedy_identity(verifier, draft
         torch._dynamo.reset()
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_sampling_with_a_static_step_keeps_the_verifier_law(small_pair):  # noqa: F811
     verifier, drafter, head = small_pair
     exact, n = _exact_law(verifier), 3_000

@@ -64,6 +64,8 @@ def test_residual_identity_reconstructs_target():
     assert torch.allclose(reconstructed, target, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_emitted_token_follows_the_target_law_and_distance_shrinks():
     generator = torch.Generator().manual_seed(2)
     target, draft = _random_dist(generator), _random_dist(generator)
@@ -74,6 +76,8 @@ def test_emitted_token_follows_the_target_law_and_distance_shrinks():
     assert large < small
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_negative_control_always_accept_fails_the_same_check():
     def always_accept(drafts, draft_probs, target_probs, generator):
         return Verdict(n_accepted=drafts.shape[0], extra_token=0)
@@ -84,6 +88,8 @@ def test_negative_control_always_accept_fails_the_same_check():
     assert _tv(law, target) > 3 * (V / 20_000) ** 0.5  # the check above would catch it
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_empirical_acceptance_matches_overlap():
     generator = torch.Generator().manual_seed(5)
     target, draft = _random_dist(generator), _random_dist(generator)
@@ -121,6 +127,8 @@ def test_a_vanishing_top_p_keeps_the_top_token_instead_of_nan(top_p):
     assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]))
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("top_p", [0.3, 0.9])
 def test_speculative_sampling_with_nucleus_is_lossless_for_the_warped_target(top_p):
     """top-p warps p and q identically; the emitted law is the warped target."""
