@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sd2.batch_costs import batchable
 from sd2.decoding import Call, DraftCall, Program, VerifyCall, execute_solo
+from sd2.draft_length import BatchLoad
 from sd2.draft_step import EagerDraftStep
-from sd2.invariant import MAX_ROWS, is_batch_invariant
-from sd2.ragged import Segment, ragged_forward, supports_ragged
+from sd2.invariant import MAX_ROWS
+from sd2.ragged import Segment, ragged_forward
 from sd2.steering import captured_states, stack_features, steered
 from sd2.trace import Block
 
@@ -61,6 +63,7 @@ class Batch:
 
     def __init__(self, max_rows: int = MAX_ROWS):
         self.max_rows = max_rows  # the most token rows one ragged forward holds
+        self.load = BatchLoad()  # how many requests decode now, for its rows' draft-length policies
         self._rows: dict[Hashable, _Row] = {}
 
     def __len__(self) -> int:
@@ -88,6 +91,7 @@ class Batch:
         whose own code raises is dropped and reported in `failed`; a model call that raises fails the
         round (the exception propagates; its rows are left as they were, to be cancelled)."""
         report = RoundReport()
+        self.load.requests = len(self._rows)
         self._advance(report, self._rows.values())
         while drafting := [r for r in self._rows.values() if isinstance(r.call, DraftCall)]:
             self._draft(drafting, report)
@@ -129,7 +133,7 @@ class Batch:
         for row in rows:
             call = row.call
             step = call.step
-            if not (isinstance(step, EagerDraftStep) and _batchable_model(step.model)):
+            if not (isinstance(step, EagerDraftStep) and batchable(step.model)):
                 self._finish(row, execute_solo(call))
                 continue
             key = (id(step.model), id(step.draft_head), tuple(sorted(call.biases)))
@@ -141,7 +145,7 @@ class Batch:
         for row in rows:
             call = row.call
             row.shared = 1
-            if not call.batchable or not _batchable_model(call.verifier):
+            if not call.batchable or not batchable(call.verifier):
                 self._finish(row, execute_solo(call))
                 continue
             groups.setdefault(id(call.verifier), []).append(row)
@@ -165,10 +169,6 @@ class Batch:
 
 def _alone(call: Call) -> list:
     return [execute_solo(call)]
-
-
-def _batchable_model(model) -> bool:
-    return is_batch_invariant(model) and supports_ragged(model)
 
 
 def _chunks(rows: Sequence[_Row], max_rows: int) -> list[list[_Row]]:

@@ -24,7 +24,7 @@ from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
 from sd2.counterfactual import UnsteeredTwin
-from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
+from sd2.draft_length import DraftLength, measure_costs
 from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.draft_vocab import ReducedHead
 from sd2.explainer import explain_draft, explain_extra
@@ -189,24 +189,28 @@ class SpeculativeDecoder:
         config: DecodeConfig,
         stop_ids: frozenset[int],
         draft_head: ReducedHead | None = None,
-        costs: CostProfile | None = None,
+        length: DraftLength | None = None,
         draft_step: DraftStep | None = None,
         counterfactual: bool = False,
     ):
         """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
-        None drafts over the full vocabulary. `costs`: the pair's cost profile for k = auto
-        (sd2.draft_length); None measures it here when k = auto (seconds; the Engine keeps one per pair).
+        None drafts over the full vocabulary. `length`: the request's draft-length policy
+        (sd2.draft_length); None builds the config's, measuring the pair's cost profile here when k = auto
+        (seconds; the Engine keeps one per pair).
         `draft_step`: how the drafter runs (sd2.draft_step), built on `drafter` and `draft_head`; None
         runs it eagerly on a fresh dynamic cache. `counterfactual`: record each block's unsteered
         counterfactual (sd2.counterfactual) when the drafter is steered; it never changes the output."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.draft_head = draft_head
         self.draft_step = draft_step or EagerDraftStep(drafter, draft_head)
-        if config.auto_k and costs is None:
-            costs = measure_costs(
-                verifier, drafter, draft_head, max_k=config.max_k, draft_step=self.draft_step
+        if length is None:
+            costs = (
+                measure_costs(verifier, drafter, draft_head, max_k=config.max_k, draft_step=self.draft_step)
+                if config.auto_k
+                else None
             )
-        self.costs, self.acceptance = costs, AcceptanceEstimate()
+            length = DraftLength.of(config, costs)
+        self.length = length
         self.config, self.stop_ids = config, stop_ids
         device = verifier.get_input_embeddings().weight.device
         self.picker = Picker(config.warp, make_generator(config.seed, device))
@@ -230,22 +234,13 @@ class SpeculativeDecoder:
         emitted, done = 1, first.extra.token_id in self.stop_ids
         index = 1
         while not done and emitted < self.config.max_new_tokens:
-            k, stop = self._block_k(room=self.config.max_new_tokens - emitted - 1)
+            k, stop = self.length.next(room=self.config.max_new_tokens - emitted - 1)
             block = yield from self._block(index, k, stop)
-            self.acceptance.update(block.n_accepted, block.k)
+            self.length.update(block.n_accepted, block.k)
             yield block
             emitted += len(block.emitted)
             done = any(t.token_id in self.stop_ids for t in block.emitted)
             index += 1
-
-    def _block_k(self, room: int) -> tuple[int, DraftStop]:
-        """The most drafts the next block may hold, and the reason drafting stops there: k (fixed, or
-        the best for α̂ so far under k = auto), unless only `room` tokens fit before max_new_tokens."""
-        if self.config.auto_k:
-            k = self.costs.best_k(self.acceptance.value, self.config.max_k)
-        else:
-            k = self.config.k
-        return (k, DraftStop.K) if k <= room else (room, DraftStop.LENGTH)
 
     def _prefill(self, prompt_ids: Sequence[int]) -> Generator[Call, object, Block]:
         """Verifier prefill samples the first token x_m and gives the first steering anchor.
@@ -265,7 +260,7 @@ class SpeculativeDecoder:
         if self.head is not None:
             self._steer(features[len(prompt_ids) - 1])
         steer_ms = _ms(start)
-        room = self.config.max_new_tokens + self.config.max_k + 1
+        room = self.config.max_new_tokens + self.length.longest + 1
         self.draft_step.start(prompt_ids, room)  # the prompt is never steered
         counterfactual_ms = 0.0
         if self.twin is not None:  # its prompt forward is the counterfactual's, timed apart
@@ -341,7 +336,7 @@ class SpeculativeDecoder:
         ≤ the confidence threshold. Returns ids [K], drafter logits [K, V], rule probs [K, V]."""
         tokens, logit_rows, prob_rows = [], [], []
         inputs = self.tokens[self.draft_step.length :]  # pending: 1 or 2 tokens
-        threshold = self.config.draft_threshold
+        threshold = self.length.threshold
         for step in range(k):
             logits = yield DraftCall(self.draft_step, inputs, self.biases)  # [V], or [N] (reduced vocabulary)
             token, probs = self.picker.pick(logits)

@@ -6,7 +6,7 @@ import pytest
 
 from sd2.config import AUTO_MAX_K, DecodeConfig, parse_k
 from sd2.decoding import SpeculativeDecoder, verifier_decode
-from sd2.draft_length import AcceptanceEstimate, CostProfile, measure_costs
+from sd2.draft_length import AcceptanceEstimate, CostProfile, DraftLength, measure_costs
 from sd2.trace import DraftStop
 
 PROMPT = [1, 40, 17, 99, 3, 250]
@@ -24,7 +24,8 @@ def _speculative(blocks):
 
 
 def _run(verifier, drafter, head, config, costs=None):
-    return list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, costs=costs).run(PROMPT))
+    length = DraftLength.of(config, costs) if costs is not None else None
+    return list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, length=length).run(PROMPT))
 
 
 # --- the confidence stop --------------------------------------------------------------------------
