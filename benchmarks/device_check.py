@@ -9,8 +9,12 @@ Steps, each reported as pass / fail / skipped with its numbers:
   2. decode   the decode matrix on the device: T ∈ {0, 1}, k ∈ {1, 4, 8}, max_new_tokens ∈ {2, 7, 33}
   3. greedy   SD² against verifier-only at T = 0 in bf16 and fp32, stock and batch-invariant kernels:
               identical prompts, and the verifier's top-2 logit margin at each first divergence
-  4. train    a few steps of pretrain, distill and sd2 with a bf16 verifier, validation included
-  5. speed    T_v(k+1)/T_v(1) for k = 1..8 and the drafter's c on real shapes (an 8 B-shaped verifier,
+  4. batched  `Engine.generate_batch` against each request's solo `generate` in bf16 and fp32, at each B
+              of --batch-sizes (1 8 32 on CUDA, 1 4 on a CPU): B requests mixing methods (verifier,
+              sd2 steered, pretrained), T = 0 and seeded T = 1, k and prompts, each of whose batched
+              tokens must equal its solo ones; with the aggregate tokens/s of the batched and serial runs
+  5. train    a few steps of pretrain, distill and sd2 with a bf16 verifier, validation included
+  6. speed    T_v(k+1)/T_v(1) for k = 1..8 and the drafter's c on real shapes (an 8 B-shaped verifier,
               a 1 B-shaped drafter; tiny shapes on a CPU): the drafter eager and, on CUDA, through
               `--draft-step compiled` (a static cache + CUDA graphs, sd2.draft_step), with the speed-up
               of a decode of 64 tokens at k = 4 each way against the verifier alone
@@ -39,14 +43,18 @@ sys.path.insert(0, str(ROOT))  # tests.tiny and tests.sd2.train.tiny_runs: tiny 
 
 from sd2.config import DecodeConfig  # noqa: E402
 from sd2.decoding import SpeculativeDecoder, verifier_decode  # noqa: E402
+from sd2.devices import Placement  # noqa: E402
 from sd2.draft_length import measure_costs, measure_verify_costs  # noqa: E402
 from sd2.draft_step import CompiledDraftStep  # noqa: E402
+from sd2.engine import Engine, GenerateRequest  # noqa: E402
 from sd2.invariant import make_batch_invariant  # noqa: E402
+from sd2.models import Drafter  # noqa: E402
 from sd2.steering import new_head_for  # noqa: E402
-from tests.tiny import tiny_llama  # noqa: E402
+from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer  # noqa: E402
 
 NO_STOP = frozenset()
 PROMPTS = [[1, 40, 17, 99, 3, 250], [5, 6, 7, 8], [100, 101, 3, 2, 17, 18, 19, 200, 201, 9]]
+BATCH_METHODS = ("verifier", "sd2", "pretrained")  # cycled over a batched step's requests
 SHAPES = {  # (hidden, layers, ffn, heads, kv_heads, vocab)
     "verifier-8b": (4096, 32, 14336, 32, 8, 128256),
     "drafter-1b": (2048, 16, 8192, 32, 8, 128256),
@@ -134,6 +142,95 @@ def step_greedy(device: torch.device, args) -> dict:
     # greedy_match is measured and reported, never assumed.
     status = "measured" if device.type == "cuda" else ("pass" if invariant_ok else "fail")
     return {"status": status, "rows": rows}
+
+
+def step_batched(device: torch.device, args) -> dict:
+    """Per precision, on the tiny pair as an Engine: at each B, B requests (`_batch_request`) decoded one
+    after another with `generate` (serial) and together with `generate_batch`; every request's batched
+    token_ids must equal its solo ones (a mismatch fails the step, listed with its first differing
+    position). Each row: tokens decoded, aggregate tokens/s serial and batched, batched ÷ serial."""
+    sizes = args.batch_sizes or ((1, 8, 32) if device.type == "cuda" else (1, 4))
+    tokens = args.batch_tokens or (32 if device.type == "cuda" else 8)
+    rows, mismatches = [], []
+    for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        engine = _engine(device, dtype)
+        # every kind of request once, batched and alone: the first calls of a shape are slow
+        warm_up = [engine.prepare(_batch_request(i, 4)) for i in range(4)]
+        engine.generate_batch(warm_up)
+        for request in warm_up:
+            engine.generate(request)
+        for size in sizes:
+            requests = [engine.prepare(_batch_request(i, tokens)) for i in range(size)]
+            began = time.perf_counter()  # results hold token ids as Python ints: the device is done
+            solo = [engine.generate(request) for request in requests]
+            serial_s, began = time.perf_counter() - began, time.perf_counter()
+            together = engine.generate_batch(requests)
+            batched_s = time.perf_counter() - began
+            differ = [
+                {
+                    "dtype": dtype_name,
+                    "batch": size,
+                    "request": i,
+                    "method": alone.method,
+                    "temperature": alone.config.temperature,
+                    "first_difference": _first_difference(batched.token_ids, alone.token_ids),
+                }
+                for i, (alone, batched) in enumerate(zip(solo, together, strict=True))
+                if batched.token_ids != alone.token_ids
+            ]
+            mismatches += differ
+            serial_tokens = sum(len(r.token_ids) for r in solo)
+            batched_tokens = sum(len(r.token_ids) for r in together)
+            rows.append(
+                {
+                    "dtype": dtype_name,
+                    "batch": size,
+                    "tokens": batched_tokens,
+                    "serial_tok_s": round(serial_tokens / serial_s, 1),
+                    "batched_tok_s": round(batched_tokens / batched_s, 1),
+                    "batched_over_serial": round(serial_s / batched_s * batched_tokens / serial_tokens, 2),
+                    "identical": size - len(differ),
+                }
+            )
+    return {
+        "status": "fail" if mismatches else "pass",
+        "max_new_tokens": tokens,
+        "mismatches": mismatches,  # before the rows: the markdown table cuts a step's detail short
+        "rows": rows,
+    }
+
+
+def _first_difference(ours: list[int], reference: list[int]) -> int:
+    """The first position where two token sequences differ (the shorter's length if one is a prefix)."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(ours, reference, strict=False)) if a != b),
+        min(len(ours), len(reference)),
+    )
+
+
+def _engine(device: torch.device, dtype: torch.dtype) -> Engine:
+    """The tiny pair as an Engine, verifier on invariant kernels and eager draft steps (what exactness
+    needs; the Engine puts the drafter on invariant kernels too): its drafter as "pretrained" and, with a
+    steering head of random weights (so steering changes the drafts), as "sd2"."""
+    verifier, drafter, head = _pair(device, dtype)
+    make_batch_invariant(verifier)
+    with torch.no_grad():
+        head.w_s.normal_(0, 0.3, generator=torch.Generator(head.w_s.device).manual_seed(0))
+    drafters = {
+        "pretrained": Drafter("pretrained", drafter, None, path=""),
+        "sd2": Drafter("sd2", drafter, head, path=""),
+    }
+    placement = Placement(device, dtype)
+    return Engine(verifier, tiny_tokenizer(), drafters, placement, verifier_name="tiny", draft_step="eager")
+
+
+def _batch_request(i: int, max_new_tokens: int) -> GenerateRequest:
+    """Request i of a batch: methods cycle through BATCH_METHODS, T through 0 and 1 (seed i), k through
+    4, 4, 2, 2 and prompts through tests.tiny's corpus, so any B ≥ 4 mixes all of them."""
+    decode = DecodeConfig(
+        k=(4, 2)[i // 2 % 2], temperature=float(i % 2), seed=i, max_new_tokens=max_new_tokens
+    )
+    return GenerateRequest(prompt=CORPUS[i % len(CORPUS)], method=BATCH_METHODS[i % 3], decode=decode)
 
 
 def step_train(device: torch.device, args) -> dict:
@@ -252,6 +349,7 @@ STEPS = {
     "tests": step_tests,
     "decode": step_decode,
     "greedy": step_greedy,
+    "batched": step_batched,
     "train": step_train,
     "speed": step_speed,
 }
@@ -266,6 +364,12 @@ def main() -> int:
     parser.add_argument("--shapes", choices=["real", "tiny"], default=None, help="speed probe shapes")
     parser.add_argument("--context", type=int, default=256, help="speed probe: tokens already cached")
     parser.add_argument("--repeats", type=int, default=5, help="speed probe: timed repetitions (median)")
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=None, help="batched step: B (1 8 32 CUDA, 1 4 CPU)"
+    )
+    parser.add_argument(
+        "--batch-tokens", type=int, default=None, help="batched step: max_new_tokens (32 CUDA, 8 CPU)"
+    )
     parser.add_argument("--test-timeout", type=int, default=300)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "device-check")))
     args = parser.parse_args()
@@ -317,6 +421,18 @@ def _markdown(report: dict) -> str:
     for name, step in report["steps"].items():
         detail = {k: v for k, v in step.items() if k not in ("status", "seconds", "trace")}
         lines.append(f"| {name} | {step['status']} | {step['seconds']} | `{json.dumps(detail)[:600]}` |")
+    batched = report["steps"].get("batched", {}).get("rows")
+    if batched:
+        lines += [
+            "",
+            "| batched: dtype | B | tokens | serial tok/s | batched tok/s | batched ÷ serial | identical |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['dtype']} | {r['batch']} | {r['tokens']} | {r['serial_tok_s']} | {r['batched_tok_s']} | "
+            f"{r['batched_over_serial']}× | {r['identical']}/{r['batch']} |"
+            for r in batched
+        ]
     return "\n".join(lines) + "\n"
 
 
