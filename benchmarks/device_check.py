@@ -49,6 +49,7 @@ from sd2.draft_step import CompiledDraftStep  # noqa: E402
 from sd2.engine import Engine, GenerateRequest  # noqa: E402
 from sd2.invariant import make_batch_invariant  # noqa: E402
 from sd2.models import Drafter  # noqa: E402
+from sd2.proposer import Proposer  # noqa: E402
 from sd2.steering import new_head_for  # noqa: E402
 from tests.tiny import CORPUS, tiny_llama, tiny_tokenizer  # noqa: E402
 
@@ -91,7 +92,7 @@ def step_decode(device: torch.device, args) -> dict:
     for temperature, k, max_new_tokens in cases:
         config = DecodeConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=3)
         try:
-            ids = _ids(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPTS[0]))
+            ids = _ids(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPTS[0]))
             if len(ids) != max_new_tokens:
                 failures.append(f"T={temperature} k={k} n={max_new_tokens}: {len(ids)} tokens")
         except Exception as err:
@@ -118,7 +119,7 @@ def step_greedy(device: torch.device, args) -> dict:
             for prompt in PROMPTS:
                 config = DecodeConfig(k=4, max_new_tokens=48)
                 reference = _ids(verifier_decode(verifier, prompt, config, NO_STOP))
-                decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_step=step)
+                decoder = SpeculativeDecoder(verifier, Proposer(drafter, head, None, step), config, NO_STOP)
                 ours = _ids(decoder.run(prompt))
                 if ours == reference:
                     matched += 1
@@ -339,7 +340,7 @@ def _decode_speed(verifier, drafter, step, args) -> dict:
     verifier_ms = timed(lambda: _ids(verifier_decode(verifier, prompt, config, NO_STOP)))
     sd_ms = timed(
         lambda: _ids(
-            SpeculativeDecoder(verifier, drafter, None, config, NO_STOP, draft_step=step).run(prompt)
+            SpeculativeDecoder(verifier, Proposer(drafter, None, None, step), config, NO_STOP).run(prompt)
         )
     )
     return {"verifier_ms": round(verifier_ms, 1), "speculative_ms": round(sd_ms, 1)}

@@ -26,12 +26,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sd2.batch_costs import batchable
 from sd2.decoding import Call, DraftCall, Program, VerifyCall, execute_solo
-from sd2.draft_length import BatchLoad
 from sd2.draft_step import EagerDraftStep
-from sd2.invariant import MAX_ROWS
-from sd2.ragged import Segment, ragged_forward
+from sd2.invariant import MAX_ROWS, is_batch_invariant
+from sd2.ragged import Segment, ragged_forward, supports_ragged
 from sd2.steering import captured_states, stack_features, steered
 from sd2.trace import Block
 
@@ -63,7 +61,6 @@ class Batch:
 
     def __init__(self, max_rows: int = MAX_ROWS):
         self.max_rows = max_rows  # the most token rows one ragged forward holds
-        self.load = BatchLoad()  # how many requests decode now, for its rows' draft-length policies
         self._rows: dict[Hashable, _Row] = {}
 
     def __len__(self) -> int:
@@ -91,7 +88,6 @@ class Batch:
         whose own code raises is dropped and reported in `failed`; a model call that raises fails the
         round (the exception propagates; its rows are left as they were, to be cancelled)."""
         report = RoundReport()
-        self.load.requests = len(self._rows)
         self._advance(report, self._rows.values())
         while drafting := [r for r in self._rows.values() if isinstance(r.call, DraftCall)]:
             self._draft(drafting, report)
@@ -169,6 +165,11 @@ class Batch:
 
 def _alone(call: Call) -> list:
     return [execute_solo(call)]
+
+
+def batchable(model) -> bool:
+    """Whether a batch runs this model's calls of several requests as one ragged forward."""
+    return is_batch_invariant(model) and supports_ragged(model)
 
 
 def _chunks(rows: Sequence[_Row], max_rows: int) -> list[list[_Row]]:

@@ -24,11 +24,11 @@ from transformers import DynamicCache
 
 from sd2.config import DecodeConfig
 from sd2.counterfactual import UnsteeredTwin
-from sd2.draft_length import DraftLength, measure_costs
-from sd2.draft_step import DraftStep, EagerDraftStep
-from sd2.draft_vocab import ReducedHead
+from sd2.draft_length import DraftLength
+from sd2.draft_step import DraftStep
 from sd2.explainer import explain_draft, explain_extra
 from sd2.kv_cache import cached_forward, rollback_cache
+from sd2.proposer import Proposer
 from sd2.sampling import (
     Picker,
     Verdict,
@@ -38,7 +38,7 @@ from sd2.sampling import (
     rejection_sample,
     warp_probs,
 )
-from sd2.steering import SteeringHead, captured_states, stack_features
+from sd2.steering import captured_states, stack_features
 from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
 
@@ -184,31 +184,22 @@ class SpeculativeDecoder:
     def __init__(
         self,
         verifier: nn.Module,
-        drafter: nn.Module,
-        head: SteeringHead | None,
+        proposer: Proposer,
         config: DecodeConfig,
         stop_ids: frozenset[int],
-        draft_head: ReducedHead | None = None,
         length: DraftLength | None = None,
-        draft_step: DraftStep | None = None,
         counterfactual: bool = False,
     ):
-        """`draft_head`: the drafter's LM head restricted to a reduced draft vocabulary (sd2.draft_vocab);
-        None drafts over the full vocabulary. `length`: the request's draft-length policy
-        (sd2.draft_length); None builds the config's, measuring the pair's cost profile here when k = auto
-        (seconds; the Engine keeps one per pair).
-        `draft_step`: how the drafter runs (sd2.draft_step), built on `drafter` and `draft_head`; None
-        runs it eagerly on a fresh dynamic cache. `counterfactual`: record each block's unsteered
-        counterfactual (sd2.counterfactual) when the drafter is steered; it never changes the output."""
-        self.verifier, self.drafter, self.head = verifier, drafter, head
-        self.draft_head = draft_head
-        self.draft_step = draft_step or EagerDraftStep(drafter, draft_head)
+        """`proposer`: the drafter side (sd2.proposer: model, steering head, reduced draft head, step).
+        `length`: the request's draft-length policy (sd2.draft_length); None builds the config's,
+        measuring the pair's cost profile here when k = auto (seconds; the Engine keeps one per pair).
+        `counterfactual`: record each block's unsteered counterfactual (sd2.counterfactual) when the
+        drafter is steered; it never changes the output."""
+        self.verifier, self.proposer = verifier, proposer
+        self.drafter, self.head, self.draft_head = proposer.model, proposer.head, proposer.draft_head
+        self.draft_step = proposer.new_step()
         if length is None:
-            costs = (
-                measure_costs(verifier, drafter, draft_head, max_k=config.max_k, draft_step=self.draft_step)
-                if config.auto_k
-                else None
-            )
+            costs = proposer.measure_costs(verifier, config.max_k) if config.auto_k else None
             length = DraftLength.of(config, costs)
         self.length = length
         self.config, self.stop_ids = config, stop_ids
@@ -219,8 +210,8 @@ class SpeculativeDecoder:
         self.biases: dict[int, torch.Tensor] = {}  # drafter layer → [2, F]: rows (previous, current) anchor
         self.steering_norm: float | None = None
         self.twin = (
-            UnsteeredTwin(verifier, drafter, draft_head, config.warp)
-            if counterfactual and head is not None
+            UnsteeredTwin(verifier, self.drafter, self.draft_head, config.warp)
+            if counterfactual and proposer.steered
             else None
         )
 

@@ -10,13 +10,8 @@ verify in verifier steps) measured once for the loaded pair (`measure_costs`), a
 acceptance so far (`AcceptanceEstimate`). On a GPU r(k) ≈ 1 and long drafts pay; on a CPU r(k) grows
 with k and short drafts win — the same rule finds both.
 
-Under load, when a request decodes among n others (sd2.batching), a verify row is no longer almost free:
-the batch's forward holds every request's rows, and on a CPU it is bound by arithmetic well before
-n·(k+1) rows. A greedy k = auto row then picks k from the profile of a row among n requests
-(sd2.batch_costs: c_n = T_d(n rows) / n and r_n(k) = T_v(n·(k+1) rows) / n, both in units of T_v(1)).
-At T = 0 the output does not depend on the draft length (every emitted token is the verifier's argmax),
-so the row's tokens stay those of its solo run. A sampled row keeps the solo profile: its draws depend on
-k, and its seed must give the tokens of its solo run whatever else decodes beside it.
+A request decoding among others (sd2.batching) keeps the draft lengths it has alone: its draws depend
+on k, and with its seed it must give the tokens of its solo run whatever else decodes beside it.
 
 The confidence stop (the idea of HF's `assistant_confidence_threshold` and SpecDec++) ends a block's draft
 once the drafter's probability of its latest draft is ≤ `DecodeConfig.draft_threshold`.
@@ -45,7 +40,6 @@ from sd2.trace import DraftStop
 
 __all__ = [
     "AcceptanceEstimate",
-    "BatchLoad",
     "CostProfile",
     "DraftLength",
     "DraftStop",
@@ -103,60 +97,24 @@ class AcceptanceEstimate:
         return self.accepted / self.judged
 
 
-@dataclass
-class BatchLoad:
-    """How many requests decode together now: the batch (sd2.batching) sets it before each round, and
-    the draft-length policies of its rows read it."""
-
-    requests: int = 1
-
-
-LoadProfiles = Callable[[int], CostProfile]  # requests decoding together → a row's cost profile among them
-
-
 class DraftLength:
     """One request's draft-length policy: how many drafts its next block may hold and why drafting stops
     there (module docstring). Built once per request by `DraftLength.of`; `update` after each block."""
 
-    def __init__(
-        self,
-        k: int | None,
-        max_k: int,
-        threshold: float,
-        costs: CostProfile | None = None,
-        under_load: LoadProfiles | None = None,
-        load: BatchLoad | None = None,
-    ):
+    def __init__(self, k: int | None, max_k: int, threshold: float, costs: CostProfile | None = None):
         """k: a fixed k, or None for k = auto from `costs` (required then) and α̂; `max_k` caps k = auto;
-        `threshold`: the confidence stop (0 never stops). `under_load` and `load`: the cost profile of a
-        row among `load.requests` requests, used instead of `costs` when more than one decodes."""
+        `threshold`: the confidence stop (0 never stops)."""
         if k is None and costs is None:
             raise ValueError("k = auto needs the pair's cost profile")
-        self.k, self.max_k, self.threshold = k, max_k, threshold
-        self.costs, self.under_load, self.load = costs, under_load, load
+        self.k, self.max_k, self.threshold, self.costs = k, max_k, threshold, costs
         self.acceptance = AcceptanceEstimate()
 
     @classmethod
-    def of(
-        cls,
-        config: DecodeConfig,
-        costs: CostProfile | None = None,
-        under_load: LoadProfiles | None = None,
-        load: BatchLoad | None = None,
-    ) -> DraftLength:
-        """The policy a decode config asks for. The load-aware profile applies to greedy k = auto only
-        (module docstring): any other config ignores `under_load`."""
+    def of(cls, config: DecodeConfig, costs: CostProfile | None = None) -> DraftLength:
+        """The policy a decode config asks for (`costs`: the pair's profile, needed for k = auto)."""
         if not config.auto_k:
             return cls(int(config.k), int(config.k), config.draft_threshold)
-        load_aware = config.warp.greedy and under_load is not None and load is not None
-        return cls(
-            None,
-            config.max_k,
-            config.draft_threshold,
-            costs,
-            under_load if load_aware else None,
-            load if load_aware else None,
-        )
+        return cls(None, config.max_k, config.draft_threshold, costs)
 
     @property
     def longest(self) -> int:
@@ -165,22 +123,16 @@ class DraftLength:
 
     def next(self, room: int) -> tuple[int, DraftStop]:
         """The next block's k and its stop reason: the fixed k, or the best for α̂ so far under the cost
-        profile of now (solo, or among the batch's requests), unless only `room` tokens fit."""
-        k = self.k if self.k is not None else self.profile().best_k(self.acceptance.value, self.max_k)
+        profile, unless only `room` tokens fit."""
+        k = self.k if self.k is not None else self.costs.best_k(self.acceptance.value, self.max_k)
         return (k, DraftStop.K) if k <= room else (room, DraftStop.LENGTH)
-
-    def profile(self) -> CostProfile | None:
-        """The cost profile k = auto picks by now: the batch's when several requests decode together."""
-        if self.under_load is not None and self.load is not None and self.load.requests > 1:
-            return self.under_load(self.load.requests)
-        return self.costs
 
     def update(self, n_accepted: int, k: int) -> None:
         """What a finished block with k drafts accepted, for α̂."""
         self.acceptance.update(n_accepted, k)
 
 
-def median_ms(run: Callable[[], object], repeats: int, device: torch.device) -> float:
+def _median_ms(run: Callable[[], object], repeats: int, device: torch.device) -> float:
     """Median time of `run` in ms: between two CUDA events on a CUDA device (the kernels' own time, not
     the host's launch loop), by the wall clock elsewhere."""
     times = []
@@ -212,7 +164,7 @@ def _forward_ms(model: nn.Module, context: int, width: int, repeats: int) -> flo
         cache.crop(-width)
 
     step()  # warm-up: first calls of a shape are slower
-    return median_ms(step, repeats, device)
+    return _median_ms(step, repeats, device)
 
 
 @dataclass(frozen=True)
@@ -266,4 +218,4 @@ def _draft_step_ms(step: DraftStep, drafter: nn.Module, context: int, repeats: i
         step.crop_to(context)
 
     one()  # warm-up: first calls of a shape are slower (and a compiled step records its graph)
-    return median_ms(one, repeats, device)
+    return _median_ms(one, repeats, device)

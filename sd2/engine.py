@@ -12,21 +12,12 @@ from pathlib import Path
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from sd2.batch_costs import MAX_REQUESTS, DrafterParts, LoadCosts, batchable
 from sd2.batching import Batch
 from sd2.config import AUTO_MAX_K, DecodeConfig
 from sd2.decoding import Decoder, Program, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
-from sd2.draft_length import (
-    BatchLoad,
-    CostProfile,
-    DraftLength,
-    VerifyCosts,
-    measure_costs,
-    measure_verify_costs,
-)
+from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
-from sd2.draft_vocab import ReducedHead
 from sd2.errors import InvalidValue
 from sd2.invariant import MAX_ROWS, is_batch_invariant, make_batch_invariant
 from sd2.metrics import GenerationMetrics, summarize
@@ -40,6 +31,7 @@ from sd2.models import (
     stop_token_ids,
 )
 from sd2.prompts import encode_prompt
+from sd2.proposer import Proposer
 from sd2.shipped import shipped_drafters
 from sd2.trace import Block
 
@@ -159,7 +151,6 @@ class Engine:
         self._token_text = lru_cache(maxsize=65536)(self._decode_one)
         self._verify_costs: VerifyCosts | None = None
         self._costs: dict[str, CostProfile] = {}
-        self._load_costs = LoadCosts(self.verifier)
         self.drafters = {name: self._on_engine_kernels(drafter) for name, drafter in drafters.items()}
 
     @classmethod
@@ -305,20 +296,16 @@ class Engine:
         over byte-level tokens shows as U+FFFD until its last byte comes)."""
         return display_text(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
 
-    def warm_up(self, max_new_tokens: int = 4, max_batch: int = 1) -> dict[str, float]:
-        """Measure k = auto's cost profile for every speculative method (also among 2, 4, … ≤ `max_batch`
-        requests, sd2.batch_costs) and run one short greedy generation per method, so the first real
-        request meets measured costs and warm kernels (the first calls of a shape are slow; on a GPU,
-        kernel selection and the CUDA context). Returns the seconds each method took."""
+    def warm_up(self, max_new_tokens: int = 4) -> dict[str, float]:
+        """Measure k = auto's cost profile for every speculative method and run one short greedy
+        generation per method, so the first real request meets measured costs and warm kernels (the
+        first calls of a shape are slow; on a GPU, kernel selection and the CUDA context). Returns
+        the seconds each method took."""
         seconds = {}
         for method in self.methods():
             start = time.perf_counter()
             if method != VERIFIER_METHOD:
                 self.cost_profile(method)
-                requests = 2
-                while requests <= min(max_batch, MAX_REQUESTS):
-                    self.load_cost_profile(method, requests)
-                    requests *= 2
             decode = DecodeConfig(temperature=0.0, max_new_tokens=max_new_tokens)
             self.generate(GenerateRequest(prompt="Hello", method=method, decode=decode))
             seconds[method] = time.perf_counter() - start
@@ -329,62 +316,39 @@ class Engine:
         """The methods whose cost profile has been measured (on first use, or by `warm_up`)."""
         return tuple(self._costs)
 
-    @property
-    def measured_load_sizes(self) -> tuple[int, ...]:
-        """The batch sizes whose verifier costs under load have been measured (sd2.batch_costs)."""
-        return self._load_costs.measured_sizes
-
     def cost_profile(self, method: str) -> CostProfile:
         """The measured cost profile k = auto uses for a speculative method (sd2.draft_length), timed on
         first use — a few seconds on a CPU, once per engine for the verifier and once per drafter."""
         if method not in self._costs:
-            drafter_model, draft_head = self._drafter_parts(method)
             if self._verify_costs is None:
                 self._verify_costs = measure_verify_costs(self.verifier, AUTO_MAX_K)
-            self._costs[method] = measure_costs(
-                self.verifier,
-                drafter_model,
-                draft_head,
-                AUTO_MAX_K,
-                verify=self._verify_costs,
-                draft_step=self._draft_step(method),
-            )
+            proposer = self.proposer(method)
+            self._costs[method] = proposer.measure_costs(self.verifier, AUTO_MAX_K, self._verify_costs)
         return self._costs[method]
 
-    def load_cost_profile(self, method: str, requests: int) -> CostProfile:
-        """The cost profile of a row of `method` among `requests` requests decoding together, which a
-        greedy k = auto row picks its k by (sd2.batch_costs); the solo one for a single request. Measured
-        on first use per batch size (seconds on a CPU; `warm_up` can do it before the first batch)."""
-        solo = self.cost_profile(method)
-        drafter_model, draft_head = self._drafter_parts(method)
-        batched = self._draft_step(method) is None and batchable(drafter_model)
-        parts = DrafterParts(drafter_model, draft_head, batched)
-        return self._load_costs.profile(method, parts, solo, self._verify_costs.step_ms, requests)
-
-    def _drafter_parts(self, method: str) -> tuple[nn.Module, ReducedHead | None]:
-        """(drafter model, its reduced draft head or None) of a speculative method."""
+    def proposer(self, method: str, drafter: Drafter | None = None) -> Proposer:
+        """A speculative method's drafter side (sd2.proposer) with its kept compiled step, if any: the
+        method's loaded drafter, or `drafter` when given (a request keeps the one it was prepared with),
+        or the verifier itself for "self"."""
         if method == SELF_METHOD:
-            return self.verifier, None
-        if method in self.drafters:
-            return self.drafters[method].model, self.drafters[method].draft_head
-        raise UnknownMethodError(method, self.methods())
+            return Proposer(self.verifier)
+        drafter = drafter or self.drafters.get(method)
+        if drafter is None:
+            raise UnknownMethodError(method, self.methods())
+        return Proposer(drafter.model, drafter.head, drafter.draft_head, self._draft_step(method, drafter))
 
     def generate_batch(
-        self,
-        requests: Sequence[GenerateRequest | PreparedRequest],
-        max_rows: int = MAX_ROWS,
-        load_aware: bool = True,
+        self, requests: Sequence[GenerateRequest | PreparedRequest], max_rows: int = MAX_ROWS
     ) -> list[GenerationResult]:
         """Decode several requests together (sd2.batching), all to their end; each result's tokens equal
         its own `generate`'s (at T > 0 with its seed too). Per-request times are shared ones: each block
         waited for the whole batch's forwards. Drafters run eager steps here (a compiled step keeps one
-        static cache per drafter). `load_aware` False keeps every row's solo draft lengths (greedy k = auto
-        rows otherwise draft for the batch's costs: sd2.batch_costs)."""
+        static cache per drafter)."""
         prepared = [r if isinstance(r, PreparedRequest) else self.prepare(r) for r in requests]
         batch, blocks, wall_ms = Batch(max_rows), {i: [] for i in range(len(prepared))}, {}
         start = time.perf_counter()
         for i, request in enumerate(prepared):
-            batch.add(i, self.program(request, batch.load if load_aware else None))
+            batch.add(i, self.program(request))
         while len(batch):
             report = batch.step()
             if report.failed:
@@ -397,11 +361,10 @@ class Engine:
                 wall_ms[key] = (time.perf_counter() - start) * 1e3
         return [self.finish(request, blocks[i], wall_ms[i]) for i, request in enumerate(prepared)]
 
-    def program(self, prepared: PreparedRequest, load: BatchLoad | None = None) -> Program:
+    def program(self, prepared: PreparedRequest) -> Program:
         """The prepared request's decode as a Program (sd2.decoding), for a driver that batches requests
-        (sd2.batching.Batch): `fill_text` each Block it yields, `finish` its Blocks into the result.
-        `load`: the batch's (`Batch.load`), so a greedy k = auto row drafts for the batch's costs."""
-        return self._decoder(prepared, batched=True, load=load).program(prepared.prompt_ids)
+        (sd2.batching.Batch): `fill_text` each Block it yields, `finish` its Blocks into the result."""
+        return self._decoder(prepared, batched=True).program(prepared.prompt_ids)
 
     def finish(
         self, prepared: PreparedRequest, blocks: list[Block], wall_ms: float, out_of_time: bool = False
@@ -409,43 +372,28 @@ class Engine:
         """The GenerationResult of a request's decoded Blocks (`out_of_time`: its time budget ended it)."""
         return self._result(prepared, blocks, wall_ms, out_of_time)
 
-    def _decoder(
-        self, prepared: PreparedRequest, batched: bool = False, load: BatchLoad | None = None
-    ) -> Decoder:
-        """The Decoder of the prepared request's method (`batched`: with its own eager draft step; `load`:
-        its batch's, for k = auto under load)."""
+    def _decoder(self, prepared: PreparedRequest, batched: bool = False) -> Decoder:
+        """The Decoder of the prepared request's method (`batched`: with its own eager draft step)."""
         method, config = prepared.request.method, prepared.request.decode
         if method == VERIFIER_METHOD:
             return VerifierDecoder(self.verifier, config, self.stop_ids)
-        drafter = prepared.drafter  # the one prepare found, even if a later load replaced its name
-        if drafter is None:  # "self": the verifier drafts for itself
-            drafter_model, draft_head, head = self.verifier, None, None
-        else:
-            drafter_model, draft_head = drafter.model, drafter.draft_head
-            head = drafter.head if prepared.steered else None
-        costs = self.cost_profile(method) if config.auto_k else None
-        under_load = (lambda requests: self.load_cost_profile(method, requests)) if load else None
-        length = DraftLength.of(config, costs, under_load, load)
+        proposer = self.proposer(method, prepared.drafter)  # the drafter prepare found, even if replaced
+        if not prepared.steered:
+            proposer = proposer.unsteered()
+        if batched:
+            proposer = proposer.eager()
+        length = DraftLength.of(config, self.cost_profile(method) if config.auto_k else None)
         return SpeculativeDecoder(
-            self.verifier,
-            drafter_model,
-            head,
-            config,
-            self.stop_ids,
-            draft_head=draft_head,
-            length=length,
-            draft_step=None if batched else self._draft_step(method),
-            counterfactual=prepared.request.counterfactual,
+            self.verifier, proposer, config, self.stop_ids, length, prepared.request.counterfactual
         )
 
-    def _draft_step(self, method: str) -> CompiledDraftStep | None:
+    def _draft_step(self, method: str, drafter: Drafter) -> CompiledDraftStep | None:
         """The method's kept compiled step (built on first use), or None: an eager step per request. The
         verifier drafting for itself ("self") always runs eagerly, on its batch-invariant kernels."""
         if self.draft_step_kind != "compiled" or method == SELF_METHOD:
             return None
         if method not in self._compiled_steps:
-            drafter_model, draft_head = self._drafter_parts(method)
-            self._compiled_steps[method] = CompiledDraftStep(drafter_model, draft_head)
+            self._compiled_steps[method] = CompiledDraftStep(drafter.model, drafter.draft_head)
         return self._compiled_steps[method]
 
     def _on_engine_kernels(self, drafter: Drafter) -> Drafter:
@@ -496,7 +444,6 @@ class Engine:
         the drafter runs on invariant kernels too, so a batched step equals its solo step (sd2.batching)."""
         self.drafters[drafter.name] = self._on_engine_kernels(drafter)
         self._costs.pop(drafter.name, None)
-        self._load_costs.forget(drafter.name)
         step = self._compiled_steps.pop(drafter.name, None)
         if step is not None:
             step.close()

@@ -103,7 +103,7 @@ def _start(
             draft_step=settings.draft_step,
         )
     if settings.warm_up:
-        seconds = engine.warm_up(max_batch=settings.max_batch)
+        seconds = engine.warm_up()
         log.info(
             "warmed up in %.1f s (%s)",
             sum(seconds.values()),

@@ -155,7 +155,7 @@ class DecodeScheduler:
             ticket.probe = self.metrics.generation(ticket.prepared.request.method, wait_s)
             ticket.started = time.perf_counter()
             try:
-                program = self.engine.program(ticket.prepared, self._batch.load)
+                program = self.engine.program(ticket.prepared)
             except Exception as error:
                 ticket.future.set_exception(error)
                 continue

@@ -11,6 +11,7 @@ from sd2.config import DecodeConfig
 from sd2.data.batches import ShardSet
 from sd2.decoding import SpeculativeDecoder
 from sd2.metrics import summarize
+from sd2.proposer import Proposer
 from sd2.steering import SteeringHead
 from sd2.train.offsets import prompt_lengths
 
@@ -39,7 +40,7 @@ def measure_tau(
     config = DecodeConfig(k=k, temperature=0.0, max_new_tokens=max_new_tokens)
     accepted, blocks = 0, 0
     for prompt in prompts:
-        trace = list(SpeculativeDecoder(verifier, drafter, head, config, stop_ids).run(prompt))
+        trace = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, stop_ids).run(prompt))
         metrics = summarize(trace, k)
         complete = sum(metrics.histogram)
         accepted, blocks = accepted + metrics.accepted, blocks + complete

@@ -7,6 +7,7 @@ import torch
 
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder
+from sd2.proposer import Proposer
 from sd2.steering import anchored_biases, captured_states, new_head_for, stack_features, steered
 from tests.tiny import tiny_llama
 
@@ -64,7 +65,7 @@ def test_inference_drafts_equal_teacher_forced_drafts_with_offset_j(kind):
         head.w_s.normal_(0, 0.05 if kind == "copy" else 0.5)
         head.hml.bias.normal_(0, 1.0)
     config = DecodeConfig(k=3, temperature=0.0, max_new_tokens=40)
-    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, frozenset()).run(PROMPT))
+    blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, frozenset()).run(PROMPT))
     tokens = PROMPT + [t.token_id for b in blocks for t in b.emitted]
     if kind == "copy":  # whole blocks accepted: the re-fed d_k path is exercised
         assert any(b.n_accepted == b.k == 3 for b in blocks[1:])
@@ -87,7 +88,7 @@ def test_offsets_within_a_block_run_from_1_to_k():
     drafter = tiny_llama(hidden=64, layers=4, ffn=128, seed=0)
     head = new_head_for(verifier, drafter)
     config = DecodeConfig(k=4, temperature=0.0, max_new_tokens=20)
-    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, frozenset()).run(PROMPT))
+    blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, frozenset()).run(PROMPT))
     tokens = PROMPT + [t.token_id for b in blocks for t in b.emitted]
     anchors = _anchors_from_trace(blocks, len(PROMPT), len(tokens))
     offsets = torch.arange(len(tokens)) - anchors

@@ -13,6 +13,7 @@ from sd2.decoding import SpeculativeDecoder, VerifierDecoder
 from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.invariant import make_batch_invariant
 from sd2.kv_cache import cached_forward, rollback_cache
+from sd2.proposer import Proposer
 from sd2.ragged import Segment, ragged_forward
 from sd2.steering import new_head_for
 from sd2.trace import BlockKind
@@ -97,11 +98,9 @@ def _decoders(models, settings):
         made.append(
             SpeculativeDecoder(
                 verifier,
-                model,
-                steering,
+                Proposer(model, steering, reduced),
                 config,
                 NO_STOP,
-                draft_head=reduced,
                 counterfactual=kind == "counterfactual",
             )
         )
@@ -202,7 +201,8 @@ def test_the_sampled_law_holds_per_row_when_batched():
         for seed in range(first, first + 8):
             config = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0, seed=seed)
             batch.add(
-                seed, SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).program(SMALL_PROMPT)
+                seed,
+                SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).program(SMALL_PROMPT),
             )
         blocks, sizes = _run_batch(batch)
         assert max(sizes) == 8

@@ -12,6 +12,7 @@ from sd2.decoding import SpeculativeDecoder
 from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.kv_cache import cached_forward, rollback_cache
 from sd2.metrics import summarize
+from sd2.proposer import Proposer
 from sd2.sampling import acceptance_survival, greedy_verdict, rejection_sample, warp_probs
 from sd2.steering import new_head_for
 from sd2.trace import BlockKind, SteeringOutcome, TokenStatus
@@ -24,7 +25,7 @@ NO_STOP = frozenset()
 def _run(verifier, drafter, head, counterfactual, draft_head=None, **settings):
     config = DecodeConfig(**{"k": 4, "max_new_tokens": 40, "seed": 3, **settings})
     decoder = SpeculativeDecoder(
-        verifier, drafter, head, config, NO_STOP, draft_head=draft_head, counterfactual=counterfactual
+        verifier, Proposer(drafter, head, draft_head), config, NO_STOP, counterfactual=counterfactual
     )
     return list(decoder.run(PROMPT))
 

@@ -11,6 +11,7 @@ from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.metrics import summarize
+from sd2.proposer import Proposer
 from sd2.sampling import Verdict
 from sd2.steering import new_head_for
 from sd2.trace import DraftStop, TokenStatus
@@ -30,7 +31,7 @@ def test_greedy_output_is_identical_to_verifier_greedy(verifier, drafters, k, ki
     config = DecodeConfig(k=k, temperature=0.0, max_new_tokens=40)
     expected = _ids(verifier_decode(verifier, PROMPT, config, NO_STOP))
     drafter, head = drafters[kind]
-    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPT))
     assert _ids(blocks) == expected
     metrics = summarize(blocks, k)
     if kind == "same":
@@ -44,8 +45,8 @@ def test_greedy_output_is_identical_to_verifier_greedy(verifier, drafters, k, ki
 def test_steering_changes_the_drafts_but_not_the_output(verifier, drafters):
     config = DecodeConfig(k=4, max_new_tokens=30)
     drafter, head = drafters["steered"]
-    steered_blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
-    plain_blocks = list(SpeculativeDecoder(verifier, drafter, None, config, NO_STOP).run(PROMPT))
+    steered_blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPT))
+    plain_blocks = list(SpeculativeDecoder(verifier, Proposer(drafter), config, NO_STOP).run(PROMPT))
     assert _ids(steered_blocks) == _ids(plain_blocks)
     draft_probs = lambda blocks: [t.draft_prob for b in blocks for t in b.drafts]  # noqa: E731
     assert draft_probs(steered_blocks) != pytest.approx(draft_probs(plain_blocks))
@@ -60,7 +61,7 @@ def test_stop_token_ends_generation_like_the_verifier(verifier, drafters):
     for kind in ("same", "random", "steered"):
         drafter, head = drafters[kind]
         config = DecodeConfig(k=5, max_new_tokens=40)
-        blocks = list(SpeculativeDecoder(verifier, drafter, head, config, stop).run(PROMPT))
+        blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, stop).run(PROMPT))
         assert _ids(blocks) == cut == _ids(verifier_decode(verifier, PROMPT, config, stop))
         assert not blocks[-1].complete or len(blocks[-1].emitted) == blocks[-1].n_accepted + 1
 
@@ -69,7 +70,7 @@ def test_stop_token_ends_generation_like_the_verifier(verifier, drafters):
 def test_length_limit_is_exact(verifier, drafters, max_new_tokens):
     drafter, head = drafters["same"]
     config = DecodeConfig(k=4, max_new_tokens=max_new_tokens)
-    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPT))
     assert len(_ids(blocks)) == max_new_tokens
 
 
@@ -77,7 +78,7 @@ def test_trace_statuses_and_metric_identities(verifier, drafters):
     drafter, head = drafters["steered"]
     k = 4
     config = DecodeConfig(k=k, temperature=1.0, max_new_tokens=60, seed=11)
-    blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+    blocks = list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPT))
     metrics = summarize(blocks, k)
     speculative = [b for b in blocks if b.kind == "speculative"]
     complete = [b for b in speculative if b.complete]
@@ -133,7 +134,9 @@ def _empirical_law(verifier, drafter, head, n: int, stops: Counter | None = None
     counts = torch.zeros(SMALL_V, SMALL_V)
     for seed in range(n):
         config = DecodeConfig(**{"k": 2, "max_new_tokens": 3, **settings}, temperature=1.0, seed=seed)
-        blocks = list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT))
+        blocks = list(
+            SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(SMALL_PROMPT)
+        )
         ids = _ids(blocks)
         counts[ids[1], ids[2]] += 1
         if stops is not None:
@@ -178,8 +181,12 @@ def test_a_confidence_stop_keeps_the_verifier_law(small_pair):
 def test_steering_changes_acceptance_not_the_law(small_pair):
     verifier, drafter, head = small_pair
     config = DecodeConfig(k=4, temperature=1.0, max_new_tokens=200, seed=0)
-    plain = summarize(list(SpeculativeDecoder(verifier, drafter, None, config, NO_STOP).run(SMALL_PROMPT)), 4)
-    steer = summarize(list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(SMALL_PROMPT)), 4)
+    plain = summarize(
+        list(SpeculativeDecoder(verifier, Proposer(drafter), config, NO_STOP).run(SMALL_PROMPT)), 4
+    )
+    steer = summarize(
+        list(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(SMALL_PROMPT)), 4
+    )
     assert plain.alpha_hat != pytest.approx(steer.alpha_hat, abs=1e-3)
 
 
@@ -212,7 +219,7 @@ def _empirical_law_reduced(verifier, drafter, head, draft_head, n: int) -> torch
     counts = torch.zeros(SMALL_V, SMALL_V)
     for seed in range(n):
         config = DecodeConfig(k=2, temperature=1.0, max_new_tokens=3, seed=seed)
-        decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_head=draft_head)
+        decoder = SpeculativeDecoder(verifier, Proposer(drafter, head, draft_head), config, NO_STOP)
         ids = _ids(decoder.run(SMALL_PROMPT))
         counts[ids[1], ids[2]] += 1
     return counts / n
@@ -232,7 +239,7 @@ def test_a_reduced_vocabulary_drafts_only_kept_tokens_with_q_zero_elsewhere(smal
     verifier, drafter, head = small_pair
     config = DecodeConfig(k=3, temperature=1.0, max_new_tokens=60, seed=4)
     decoder = SpeculativeDecoder(
-        verifier, drafter, head, config, NO_STOP, draft_head=_small_reduced_head(drafter)
+        verifier, Proposer(drafter, head, _small_reduced_head(drafter)), config, NO_STOP
     )
     blocks = list(decoder.run(SMALL_PROMPT))
     drafts = [t for b in blocks for t in b.drafts]
@@ -267,7 +274,7 @@ def test_greedy_output_is_identical_with_a_reduced_draft_vocabulary(verifier, dr
         common = Counter(expected).most_common(6)  # a vocabulary that covers some of the output
         draft_head = reduced_head_for(drafter, DraftVocab(tuple(t for t, _ in common)))
         config = DecodeConfig(k=4, max_new_tokens=40)
-        decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, draft_head=draft_head)
+        decoder = SpeculativeDecoder(verifier, Proposer(drafter, head, draft_head), config, NO_STOP)
         assert _ids(decoder.run(PROMPT)) == expected
 
 
@@ -285,9 +292,9 @@ def test_a_sliding_window_pair_rolls_back_past_its_window_and_stays_exact(k):
     )[0, len(prompt) :].tolist()
     assert expected == hf
     for drafter_model in (drafter, verifier):  # rejections at every length; all-accepted blocks
-        decoder = SpeculativeDecoder(verifier, drafter_model, None, config, NO_STOP)
+        decoder = SpeculativeDecoder(verifier, Proposer(drafter_model), config, NO_STOP)
         assert _ids(decoder.run(prompt)) == expected
         for layer in decoder.verifier_cache.layers:  # trimmed back to the window after every block
             assert layer.keys.shape[-2] <= window - 1
     sampled = DecodeConfig(k=k, temperature=1.0, max_new_tokens=40, seed=3)
-    assert len(_ids(SpeculativeDecoder(verifier, drafter, None, sampled, NO_STOP).run(prompt))) == 40
+    assert len(_ids(SpeculativeDecoder(verifier, Proposer(drafter), sampled, NO_STOP).run(prompt))) == 40

@@ -9,6 +9,7 @@ import torch
 
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
+from sd2.proposer import Proposer
 from sd2.steering import new_head_for
 from tests.tiny import tiny_llama
 
@@ -31,7 +32,7 @@ def _check_matrix(device: str) -> None:
     verifier, drafter, head = _pair(device)
     for temperature, k, max_new_tokens in MATRIX:
         config = DecodeConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=5)
-        ids = _ids(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP).run(PROMPT))
+        ids = _ids(SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP).run(PROMPT))
         assert len(ids) == max_new_tokens, (temperature, k, max_new_tokens)
         if temperature == 0:
             assert ids == _ids(verifier_decode(verifier, PROMPT, config, NO_STOP)), (k, max_new_tokens)
@@ -50,7 +51,7 @@ def test_the_decode_matrix_runs_on_cuda():
 def test_a_k_zero_block_keeps_its_empty_rows_on_the_models_device():
     verifier, drafter, head = _pair("cuda")
     config = DecodeConfig(k=4, temperature=1.0, max_new_tokens=2, seed=0)
-    decoder = SpeculativeDecoder(verifier, drafter, head, config, NO_STOP)
+    decoder = SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP)
     blocks = list(decoder.run(PROMPT))
     assert blocks[-1].k == 0 and len(_ids(blocks)) == 2
     tokens, logits, probs = _without_calls(decoder._draft(0))
@@ -68,7 +69,7 @@ def _without_calls(program):
 
 def test_a_k_zero_block_keeps_its_empty_rows_on_the_models_device_cpu():
     verifier, drafter, head = _pair("cpu")
-    decoder = SpeculativeDecoder(verifier, drafter, head, DecodeConfig(k=4), NO_STOP)
+    decoder = SpeculativeDecoder(verifier, Proposer(drafter, head), DecodeConfig(k=4), NO_STOP)
     tokens, logits, probs = _without_calls(decoder._draft(0))
     assert tokens.numel() == 0 and logits.shape == probs.shape == (0, verifier.config.vocab_size)
     assert logits.device == torch.device("cpu")

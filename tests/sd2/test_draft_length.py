@@ -7,6 +7,7 @@ import pytest
 from sd2.config import AUTO_MAX_K, DecodeConfig, parse_k
 from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.draft_length import AcceptanceEstimate, CostProfile, DraftLength, measure_costs
+from sd2.proposer import Proposer
 from sd2.trace import DraftStop
 
 PROMPT = [1, 40, 17, 99, 3, 250]
@@ -25,7 +26,9 @@ def _speculative(blocks):
 
 def _run(verifier, drafter, head, config, costs=None):
     length = DraftLength.of(config, costs) if costs is not None else None
-    return list(SpeculativeDecoder(verifier, drafter, head, config, NO_STOP, length=length).run(PROMPT))
+    return list(
+        SpeculativeDecoder(verifier, Proposer(drafter, head), config, NO_STOP, length=length).run(PROMPT)
+    )
 
 
 # --- the confidence stop --------------------------------------------------------------------------
@@ -139,3 +142,29 @@ def test_k_is_parsed_as_auto_or_an_integer():
         parse_k("eight")
     assert DecodeConfig().auto_k and DecodeConfig().max_k == AUTO_MAX_K
     assert DecodeConfig(k=5).max_k == 5
+
+
+# --- the policy object -----------------------------------------------------------------------------
+
+
+def test_a_fixed_k_policy_drafts_k_until_the_room_runs_out():
+    policy = DraftLength.of(DecodeConfig(k=5))
+    assert policy.next(room=100) == (5, DraftStop.K) and policy.longest == 5
+    assert policy.next(room=3) == (3, DraftStop.LENGTH)
+
+
+def test_an_auto_policy_follows_its_acceptance_estimate():
+    policy = DraftLength.of(DecodeConfig(k="auto"), STEEP)
+    assert policy.longest == AUTO_MAX_K
+    start, _ = policy.next(room=100)
+    for _ in range(20):
+        policy.update(n_accepted=0, k=start)  # every draft rejected: α̂ falls, so does k
+    assert policy.next(room=100)[0] <= start
+    for _ in range(40):
+        policy.update(n_accepted=8, k=8)  # every draft accepted: α̂ near 1
+    assert policy.next(room=100)[0] > start
+
+
+def test_auto_needs_a_cost_profile():
+    with pytest.raises(ValueError, match="cost profile"):
+        DraftLength.of(DecodeConfig(k="auto"))

@@ -9,6 +9,7 @@ from sd2.decoding import SpeculativeDecoder, verifier_decode
 from sd2.draft_step import CAPACITY_QUANTUM, CompiledDraftStep, EagerDraftStep, resolve_draft_step
 from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.engine import Engine
+from sd2.proposer import Proposer
 from tests.sd2.test_decoding import (
     SMALL_PROMPT,
     _bound,
@@ -39,9 +40,7 @@ def traced(step):
 
 
 def _run(verifier, drafter, head, config, prompt, step=None, draft_head=None):
-    decoder = SpeculativeDecoder(
-        verifier, drafter, head, config, NO_STOP, draft_head=draft_head, draft_step=step
-    )
+    decoder = SpeculativeDecoder(verifier, Proposer(drafter, head, draft_head, step), config, NO_STOP)
     return list(decoder.run(prompt))
 
 
@@ -169,7 +168,7 @@ def test_sampling_with_a_static_step_keeps_the_verifier_law(small_pair):  # noqa
 
 def test_the_eager_step_is_the_default_and_measures_the_same_costs(verifier, drafters):
     drafter, head = drafters["random"]
-    decoder = SpeculativeDecoder(verifier, drafter, head, DecodeConfig(k=2), NO_STOP)
+    decoder = SpeculativeDecoder(verifier, Proposer(drafter, head), DecodeConfig(k=2), NO_STOP)
     assert isinstance(decoder.draft_step, EagerDraftStep)
 
 

@@ -175,6 +175,7 @@ def test_other_supported_families_steer_and_stay_lossless(family):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from sd2.decoding import SpeculativeDecoder, verifier_decode
+    from sd2.proposer import Proposer
 
     def build(seed, layers):
         torch.manual_seed(seed)
@@ -199,7 +200,7 @@ def test_other_supported_families_steer_and_stay_lossless(family):
     expected = [
         t.token_id for b in verifier_decode(verifier, [1, 2, 3], config, frozenset()) for t in b.emitted
     ]
-    blocks = SpeculativeDecoder(verifier, drafter, head, config, frozenset()).run([1, 2, 3])
+    blocks = SpeculativeDecoder(verifier, Proposer(drafter, head), config, frozenset()).run([1, 2, 3])
     assert [t.token_id for b in blocks for t in b.emitted] == expected
 
 

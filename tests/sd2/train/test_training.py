@@ -10,6 +10,7 @@ from sd2.config import DecodeConfig
 from sd2.data.batches import ShardSet, batches
 from sd2.decoding import SpeculativeDecoder
 from sd2.official import convert_official
+from sd2.proposer import Proposer
 from sd2.steering import SteeringHead, anchored_biases, captured_states, new_head_for, stack_features, steered
 from sd2.train.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
 from sd2.train.objectives import distill_step, pretrain_step, steered_logits
@@ -117,9 +118,9 @@ def test_training_forward_equals_inference_drafts_at_matching_offsets():
         head.w_s.normal_(0, 0.05)
     prompt = [1, 40, 17, 99, 3]
     blocks = list(
-        SpeculativeDecoder(verifier, drafter, head, DecodeConfig(k=4, max_new_tokens=30), frozenset()).run(
-            prompt
-        )
+        SpeculativeDecoder(
+            verifier, Proposer(drafter, head), DecodeConfig(k=4, max_new_tokens=30), frozenset()
+        ).run(prompt)
     )
     tokens = prompt + [t.token_id for b in blocks for t in b.emitted]
     anchors = _anchors_from_trace(blocks, len(prompt), len(tokens))
