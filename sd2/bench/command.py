@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -92,6 +93,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="steered methods also draft each block unsteered and have the verifier judge it on the side: "
         "the report adds the steering gain per cell (the output and the speed figures stay the same)",
     )
+    p.add_argument(
+        "--batch",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="B",
+        help="instead of the method comparison: B requests of each method decoded together against one "
+        "after another (aggregate and per-request tokens/s, p50/p95 latency, tokens checked against solo "
+        "runs), e.g. --batch 1 2 4 8 16; our loop's methods only",
+    )
     p.add_argument("--quick", action="store_true", help="a smoke run: under ~3 minutes on 2 CPU cores")
     p.add_argument("--k-sweep", action="store_true", help="try k ∈ {1,2,3,4,6,8,12} and report the best k")
     p.add_argument(
@@ -154,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         log.warning(
             "bench: --counterfactual, but no method runs a drafter with a steering head: no gain rows"
         )
+    if args.batch:
+        return _run_batched(args, engine, plan, prompt_sets, drafters)
     result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: log.info("bench: %s", msg))
     info = RunInfo(
         command="sd2 " + shlex.join(sys.argv[1:]),
@@ -171,6 +184,59 @@ def run(args: argparse.Namespace) -> int:
     if args.store:
         return _store(paths["json"], args)
     return 0
+
+
+def _run_batched(
+    args: argparse.Namespace, engine: Engine, plan: BenchPlan, prompt_sets: list, drafters: dict[str, str]
+) -> int:
+    """`--batch`: sd2.bench.batched for the plan's methods of our loop, its sets, temperatures and k."""
+    from sd2.bench.batched import batched_markdown, batched_record, describe, run_batched
+    from sd2.bench.harness import fitting_prompts
+    from sd2.config import DecodeConfig
+    from sd2.paths import repo_relative, sd2_home
+
+    if min(args.batch) < 1:
+        print("sd2 bench: --batch sizes must be ≥ 1", file=sys.stderr)
+        return 2
+    methods = [m for m in plan.methods if m.runner == "ours"]
+    if skipped := [m.name for m in plan.methods if m.runner != "ours"]:
+        log.warning("bench --batch: %s run no loop of ours: left out", ", ".join(skipped))
+    sets = [fitting_prompts(engine, plan, s) for s in prompt_sets]
+    rows = []
+    for method in methods:
+        ks = plan.ks if method.speculative else (plan.context_k,)
+        decodes = [
+            DecodeConfig(
+                k=k, temperature=t, top_k=plan.top_k, top_p=plan.top_p, max_new_tokens=plan.max_new_tokens
+            )
+            for t in plan.temperatures
+            for k in ks
+        ]
+        rows += run_batched(
+            engine,
+            [method.name],
+            sets,
+            args.batch,
+            decodes,
+            plan.repeats,
+            on_row=lambda row: log.info("bench: %s", describe(row)),
+        )
+    models = {
+        "verifier": engine.verifier_name,
+        "drafters": {name: repo_relative(path) for name, path in drafters.items()},
+        "device": engine.placement.device.type,
+        "dtype": engine.placement.precision,
+    }
+    created = datetime.now(UTC)
+    record = batched_record(rows, "sd2 " + shlex.join(sys.argv[1:]), models, created)
+    out = args.out or sd2_home() / "bench" / created.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "batched.json").write_text(json.dumps(record, indent=1) + "\n")
+    markdown = batched_markdown(record, rows)
+    (out / "batched.md").write_text(markdown)
+    print(markdown)
+    print(f"json: {out / 'batched.json'}\nmarkdown: {out / 'batched.md'}")
+    return 1 if any(row.identical < row.batch for row in rows) else 0
 
 
 def _steered_methods(plan: BenchPlan, engine: Engine) -> list[str]:
