@@ -36,6 +36,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from sd2.kv_cache import zero_padded
+
 INVARIANT_ATTENTION = "sd2_batch_invariant"
 MIN_ROWS = 2  # a 1-row product takes a GEMV kernel whose sums differ from the GEMM's: pad to 2 rows
 MAX_ROWS = 128  # forwards of more rows than any verify (k ≤ 64) keep the stock kernels
@@ -309,7 +311,11 @@ def _entries_invariant(
 
 
 def _pad_keys(tensor: torch.Tensor, padded: int) -> torch.Tensor:
-    """[H_kv, N, D] → [H_kv, P, D]: zero rows appended (they are masked out)."""
+    """[H_kv, N, D] → [H_kv, P, D]: zero rows appended (they are masked out); a view where the keys sit
+    in a rollback cache's zero-tailed buffer (sd2.kv_cache.zero_padded), else a copy."""
+    view = zero_padded(tensor, padded)
+    if view is not None:
+        return view
     missing = padded - tensor.shape[1]
     return F.pad(tensor, (0, 0, 0, missing)) if missing > 0 else tensor[:, :padded]
 
