@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from sd2.cli_args import add_placement_arguments
@@ -97,6 +98,34 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="the layers to copy (0-based, repeat an index for several copies), e.g. 1,3",
     )
     grow.set_defaults(func=_grow)
+    prune = objectives.add_parser(
+        "prune",
+        help="a drafter cut from the verifier: its most important layers, optionally narrower MLPs",
+        description="Keeps the verifier's --layers most important decoder layers (block importance: the "
+        "angular distance between a layer's input and output on calibration text) or the --keep list, and "
+        "with --ffn the top MLP channels of each (activation importance), with the verifier's embeddings, "
+        "norm and LM head. The result is a checkpoint for `sd2 train distill|sd2|lockstep --from`.",
+    )
+    prune.add_argument("--out", required=True)
+    prune.add_argument("--verifier", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    depth = prune.add_mutually_exclusive_group(required=True)
+    depth.add_argument("--layers", type=int, help="how many layers to keep, the most important ones")
+    depth.add_argument("--keep", type=_layer_list, metavar="I,J,...", help="the layers to keep (0-based)")
+    prune.add_argument("--ffn", type=int, default=None, help="MLP channels to keep per layer (default: all)")
+    prune.add_argument(
+        "--calibration",
+        default="pydocs",
+        help="calibration text: a --data source (its train split) or text:PATH (default pydocs)",
+    )
+    prune.add_argument("--calibration-rows", type=int, default=64, help="rows of calibration text (64)")
+    prune.add_argument("--calibration-tokens", type=int, default=512, help="tokens per row at most (512)")
+    prune.add_argument(
+        "--draft-vocab-from",
+        default=None,
+        metavar="FOLDER",
+        help="copy this drafter folder's reduced draft vocabulary, e.g. assets/drafters/sd2",
+    )
+    prune.set_defaults(func=_prune)
     imp = sub.add_parser(
         "import-official", help="convert an ETH-DISCO/SD-square checkpoint into a drafter folder"
     )
@@ -194,6 +223,35 @@ def _grow(args: argparse.Namespace) -> int:
     from sd2.train.grow import grow_checkpoint
 
     print(grow_checkpoint(Path(args.source), Path(args.out), args.after))
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from sd2.devices import default_placement
+    from sd2.models import drafter_vocab, load_causal_lm, load_tokenizer, resolve_model_path
+    from sd2.train.prune import calibration_rows, prune_checkpoint
+
+    path = resolve_model_path(args.verifier)
+    verifier = load_causal_lm(path, default_placement("cpu", "fp32"))
+    tokenizer = load_tokenizer(path)
+    rows = calibration_rows(args.calibration, tokenizer, args.calibration_rows, args.calibration_tokens)
+    vocab = drafter_vocab(args.draft_vocab_from) if args.draft_vocab_from else None
+    if args.draft_vocab_from and vocab is None:
+        print(f"sd2 train prune: {args.draft_vocab_from} has no draft_vocab.json", file=sys.stderr)
+        return 2
+    out = prune_checkpoint(
+        verifier,
+        args.verifier or "embedded SmolLM2-135M-Instruct",
+        tokenizer,
+        Path(args.out),
+        rows,
+        args.calibration,
+        layers=args.layers,
+        keep=args.keep,
+        ffn=args.ffn,
+        draft_vocab=vocab,
+    )
+    print(out)
     return 0
 
 
