@@ -25,6 +25,7 @@ from service.admission import Admission
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # generations per batched forward
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)  # one token's latency
+RATE_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 40, 60, 80, 120, 200, 400, 1000)  # one generation's tokens/s
 
 
 class ServiceMetrics:
@@ -92,6 +93,15 @@ class ServiceMetrics:
             "Time from joining the decode batch to a generation's end (its result, failure or cancellation)",
             per_method,
             buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.tokens_per_second = Histogram(
+            "sd2_generation_tokens_per_second",
+            "A succeeded generation's emitted tokens over its time in the decode batch (what its client "
+            "saw; shared with the generations batched beside it). The aggregate rate is "
+            "rate(sd2_emitted_tokens_total)",
+            per_method,
+            buckets=RATE_BUCKETS,
             registry=registry,
         )
         self.generations = Counter(
@@ -172,6 +182,7 @@ class GenerationProbe:
         self._metrics, self._method = metrics, method
         self._started = self._last_token = time.perf_counter()
         self._seen_first_token = False
+        self._n_emitted = 0
         self._emitted = metrics.emitted_tokens.labels(method)
         self._ttft, self._inter_token = metrics.ttft.labels(method), metrics.inter_token.labels(method)
 
@@ -180,6 +191,7 @@ class GenerationProbe:
         now, emitted = time.perf_counter(), len(block.emitted)
         if emitted:
             self._emitted.inc(emitted)
+            self._n_emitted += emitted
             if not self._seen_first_token:
                 self._ttft.observe(now - self._started)
                 self._seen_first_token = True
@@ -203,7 +215,10 @@ class GenerationProbe:
     def finished(self, status: str, finish_reason: str | None) -> None:
         """The generation ended with `status` (succeeded, failed, cancelled); a result has `finish_reason`."""
         metrics, method = self._metrics, self._method
-        metrics.duration.labels(method).observe(time.perf_counter() - self._started)
+        seconds = time.perf_counter() - self._started
+        metrics.duration.labels(method).observe(seconds)
+        if status == "succeeded" and seconds > 0:
+            metrics.tokens_per_second.labels(method).observe(self._n_emitted / seconds)
         metrics.generations.labels(method, status).inc()
         if finish_reason is not None:
             metrics.finished.labels(method, finish_reason).inc()

@@ -151,6 +151,10 @@ def test_a_streamed_generation_is_timed_to_its_last_line(settings, tiny_pair_dir
     assert value(samples, "sd2_generation_duration_seconds_count", method="tiny") == 1
     generation_s = value(samples, "sd2_generation_duration_seconds_sum", method="tiny")
     assert generation_s >= 0.05 * len(lines)  # the pace: 50 ms per streamed item
+    tokens = value(samples, "sd2_emitted_tokens_total", method="tiny")
+    rate = value(samples, "sd2_generation_tokens_per_second_sum", method="tiny")
+    assert value(samples, "sd2_generation_tokens_per_second_count", method="tiny") == 1
+    assert rate == pytest.approx(tokens / generation_s)
     request_s = value(samples, "sd2_http_request_duration_seconds_sum", method="POST", route="/generate")
     assert request_s >= generation_s
     assert value(samples, "sd2_http_requests_total", method="POST", route="/generate", status="200") == 1
