@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace, engine, settings, prompts: list[dict]) -> l
             warm = {**base, **prompts[0]}
             httpx.post(f"{url}/generate", json=warm, timeout=600).raise_for_status()  # warm-up (stored)
             for clients in args.clients:
-                bodies = [{**warm, "prompt": prompts[i % len(prompts)], "seed": i} for i in range(clients)]
+                bodies = [{**base, **prompts[i % len(prompts)]} for i in range(clients)]
                 result = _burst(url, bodies, settings.home / "sd2.db")
                 results.append(
                     {"method": method, "clients": clients, "max_batch": settings.max_batch, **result}
@@ -155,6 +155,7 @@ def _burst(url: str, bodies: list[dict], db: Path) -> dict:
     for client in clients:
         client.close()
     codes = [r.status_code for r, _ in answers]
+    other = [f"{r.status_code}: {r.text[:200]}" for r, _ in answers if r.status_code not in (200, 429)]
     served = [(len(r.json()["token_ids"]), latency) for r, latency in answers if r.status_code == 200]
     latencies = sorted(latency for _, latency in served)
     retry_after = {r.headers.get("Retry-After") for r, _ in answers if r.status_code == 429}
@@ -163,7 +164,8 @@ def _burst(url: str, bodies: list[dict], db: Path) -> dict:
     return {
         "served": codes.count(200),
         "refused": codes.count(429),
-        "other": len(codes) - codes.count(200) - codes.count(429),
+        "other": len(other),
+        "first_error": other[0] if other else None,
         "retry_after": sorted(x for x in retry_after if x is not None),
         "stored": stored,
         "wall_s": wall_s,
@@ -183,6 +185,7 @@ def _line(r: dict) -> str:
         f"{r['method']} clients={r['clients']} max_batch={r['max_batch']}: {r['served']} served, "
         f"{r['tokens_per_s']:.1f} tok/s, p95 {r['latency_p95_s']:.2f} s, "
         f"probe max {r['probe_max_s'] * 1e3:.0f} ms"
+        + (f"; first error {r['first_error']}" if r["other"] else "")
     )
 
 
@@ -213,7 +216,7 @@ def report(args: argparse.Namespace, bursts: list[dict]) -> tuple[str, bool]:
             f"{r['per_request_tokens_per_s']:.1f} | {r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f} | "
             f"{r['probes']} | {r['probe_median_s'] * 1e3:.0f} | {r['probe_max_s'] * 1e3:.0f} |"
         )
-    serial = {(r["method"], r["clients"]): r for r in bursts if r["max_batch"] == 1}
+    serial = {(r["method"], r["clients"]): r for r in bursts if r["max_batch"] == 1 and r["tokens_per_s"]}
     ratios = [
         (r, serial[r["method"], r["clients"]])
         for r in bursts
