@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sd2.cli_args import add_draft_step_argument, add_placement_arguments, load_engine, parse_drafters
-from sd2.config import parse_k
+from sd2.config import DECODE_DEFAULTS, parse_k
 
 if TYPE_CHECKING:
     from sd2.bench.plan import BenchPlan
@@ -60,10 +60,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prompts-dir", type=Path, default=None, help="default: the repository's assets/prompts")
     p.add_argument(
-        "--k", nargs="+", type=parse_k, default=None, help="draft lengths, integers or auto (default: auto)"
+        "--k",
+        nargs="+",
+        type=parse_k,
+        default=None,
+        help=f"draft lengths, integers or auto (default: {DECODE_DEFAULTS.k})",
     )
-    p.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 (greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (quick: 32)")
+    p.add_argument(
+        "--temperatures",
+        nargs="+",
+        type=float,
+        default=None,
+        help=f"default {DECODE_DEFAULTS.temperature:g} (greedy)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"default {DECODE_DEFAULTS.max_new_tokens} (quick: 32)",
+    )
     p.add_argument(
         "--repeats",
         type=int,
@@ -84,8 +99,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--seed",
         type=int,
         default=None,
-        help="sample j of prompt i is drawn with seed + 1000·j + i (default 0); at T > 0 another seed "
-        "gives new samples (runs of several seeds pool with benchmarks/paired_tau.py)",
+        help=f"sample j of prompt i is drawn with seed + 1000·j + i (default {DECODE_DEFAULTS.seed}); at "
+        "T > 0 another seed gives new samples (runs of several seeds pool with benchmarks/paired_tau.py)",
     )
     p.add_argument(
         "--counterfactual",
@@ -244,7 +259,9 @@ def _steered_methods(plan: BenchPlan, engine: Engine) -> list[str]:
     return [
         m.name
         for m in plan.methods
-        if m.runner == "ours" and m.drafter in engine.drafters and engine.drafters[m.drafter].head is not None
+        if m.runner == "ours"
+        and m.drafter in engine.drafter_names()
+        and engine.drafter(m.drafter).head is not None
     ]
 
 
