@@ -7,7 +7,8 @@ A round (`Batch.step`):
      one ragged forward, each row steered by its own bias rows; repeated until no row is drafting (rows
      draft different k, so some finish drafting early and wait);
   3. verifier forwards: every row's [x_m, d_1..d_k] (or one token for verifier-only rows) in one ragged
-     forward, in chunks of at most MAX_ROWS rows; a new row's prefill runs alone beside them.
+     forward, in chunks of at most MAX_ROWS rows, a new row's prefill among them (one longer than MAX_ROWS
+     tokens runs alone, as in its solo run: sd2.decoding.prefill_batchable).
 Rows join between rounds (`add`) and leave as soon as they finish or are cancelled (`cancel`): the
 iteration-level scheduling of Orca and vLLM.
 
@@ -71,7 +72,7 @@ class Batch:
         return list(self._rows)
 
     def add(self, key: Hashable, program: Program) -> None:
-        """A new row, decoded from the next round on (its prefill runs alone, beside the others)."""
+        """A new row, decoded from the next round on (its prefill joins that round's verifier forward)."""
         if key in self._rows:
             raise ValueError(f"a row {key!r} is already decoding")
         self._rows[key] = _Row(key, program)

@@ -27,6 +27,7 @@ from sd2.counterfactual import UnsteeredTwin
 from sd2.draft_length import DraftLength
 from sd2.draft_step import DraftStep
 from sd2.explainer import explain_draft, explain_extra
+from sd2.invariant import MAX_ROWS
 from sd2.kv_cache import cached_forward, rollback_cache
 from sd2.proposer import Proposer
 from sd2.sampling import (
@@ -67,11 +68,19 @@ class DraftCall:
     biases: Mapping[int, torch.Tensor]
 
 
+def prefill_batchable(prompt_ids: Sequence[int]) -> bool:
+    """Whether a prompt's prefill may share a batched forward: alone, a prompt of at most MAX_ROWS tokens
+    runs on the batch-invariant kernels too (sd2.invariant), so its rows in a ragged forward equal its
+    solo forward's; a longer one runs on the stock kernels, and stays alone."""
+    return len(prompt_ids) <= MAX_ROWS
+
+
 @dataclass(frozen=True)
 class VerifyCall:
     """A program's request for one verifier forward of `inputs` on `cache`. Its result: (logits [T, V],
     or [1, V] when `last_only`; the input states of the `capture` layers stacked, [T, n·D_v], or None).
-    A prefill is not `batchable`: it runs alone, as in a solo run."""
+    A call that is not `batchable` runs alone, as in a solo run: a prefill longer than MAX_ROWS tokens
+    (`prefill_batchable`)."""
 
     verifier: nn.Module
     cache: DynamicCache
@@ -161,7 +170,8 @@ def verifier_program(
     inputs, kind = list(prompt_ids), BlockKind.PREFILL
     for index in range(config.max_new_tokens):
         start = time.perf_counter()
-        call = VerifyCall(verifier, cache, inputs, last_only=True, batchable=kind is not BlockKind.PREFILL)
+        batchable = kind is not BlockKind.PREFILL or prefill_batchable(inputs)
+        call = VerifyCall(verifier, cache, inputs, last_only=True, batchable=batchable)
         logits = (yield call)[0][-1]  # [V]
         token, probs = picker.pick(logits)
         p = float(picker.trace_probs(logits, probs)[token])
@@ -240,8 +250,9 @@ class SpeculativeDecoder:
         at offsets 1..k like every other block (the official code re-feeds a token and starts at 0).
         """
         start = time.perf_counter()
+        prompt = list(prompt_ids)
         call = VerifyCall(
-            self.verifier, self.verifier_cache, list(prompt_ids), True, self._capture_layers, batchable=False
+            self.verifier, self.verifier_cache, prompt, True, self._capture_layers, prefill_batchable(prompt)
         )
         logits, features = yield call  # [1, V], [T, n·D_v] or None
         logits = logits[-1]  # [V]

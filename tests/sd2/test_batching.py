@@ -11,7 +11,7 @@ from sd2.batching import Batch
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, VerifierDecoder
 from sd2.draft_vocab import DraftVocab, reduced_head_for
-from sd2.invariant import make_batch_invariant
+from sd2.invariant import MAX_ROWS, make_batch_invariant
 from sd2.kv_cache import cached_forward, rollback_cache
 from sd2.proposer import Proposer
 from sd2.ragged import Segment, ragged_forward
@@ -152,8 +152,9 @@ def test_mixed_requests_decode_together_exactly_as_alone(models):
     assert any(b.counterfactual is not None for b in blocks[7])
     assert max(sizes) == len(MIXED)  # every request in one verifier forward at first
     shared = [b.batch_size for rows in blocks.values() for b in rows]
-    assert max(shared) == len(MIXED) and all(b.batch_size == 1 for rows in blocks.values() for b in rows[:1])
-    assert all(b.batch_size == 1 for alone in solo for b in alone)  # a prefill, and a solo run, run alone
+    assert max(shared) == len(MIXED)
+    assert all(rows[0].batch_size == len(MIXED) for rows in blocks.values())  # the prefills share one forward
+    assert all(b.batch_size == 1 for alone in solo for b in alone)  # a solo run runs alone
 
 
 def test_rows_join_and_leave_mid_run_and_a_cancelled_row_leaves_the_others_untouched(models):
@@ -183,6 +184,20 @@ def test_a_small_row_limit_splits_the_forward_and_stays_exact(models):
     blocks, sizes = _run_batch(batch)
     assert all(_trace(blocks[i]) == _trace(solo[i]) for i in range(len(MIXED)))
     assert max(sizes) < len(MIXED)
+
+
+def test_a_prompt_longer_than_the_invariant_row_limit_prefills_alone_and_stays_exact(models):
+    """Alone, a prompt of more than MAX_ROWS tokens runs its prefill on the stock kernels: batched, it
+    must not share a forward (its rows would then take the invariant ones); the short ones still do."""
+    settings = [MIXED[0], MIXED[1], MIXED[3]]
+    prompts = [[(7 * i) % 300 + 3 for i in range(MAX_ROWS + 20)], PROMPTS[0], PROMPTS[2]]
+    solo = [list(d.run(p)) for d, p in zip(_decoders(models, settings), prompts, strict=True)]
+    batch = Batch()
+    for i, (decoder, prompt) in enumerate(zip(_decoders(models, settings), prompts, strict=True)):
+        batch.add(i, decoder.program(prompt))
+    blocks, _ = _run_batch(batch)
+    assert all(_trace(blocks[i]) == _trace(solo[i]) for i in range(len(settings)))
+    assert [blocks[i][0].batch_size for i in range(len(settings))] == [1, 2, 2]
 
 
 @pytest.mark.slow
