@@ -130,9 +130,8 @@ def run_batched(
     repeats: int = 1,
     on_row: Callable[[BatchedRow], None] | None = None,
 ) -> list[BatchedRow]:
-    """Every (method, set, decode config, B) measured by `measure_batch`, after the engine measured its
-    costs and decoded each way once untimed."""
-    engine.warm_up()
+    """Every (method, set, decode config, B) measured by `measure_batch`, after decoding each way once
+    untimed (call `engine.warm_up()` once before, for the cost profiles)."""
     rows = []
     for method in methods:
         for prompt_set in prompt_sets:

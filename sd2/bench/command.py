@@ -217,6 +217,7 @@ def _run_batched(
     if skipped := [m.name for m in plan.methods if m.runner != "ours"]:
         log.warning("bench --batch: %s run no loop of ours: left out", ", ".join(skipped))
     sets = [fitting_prompts(engine, plan, s) for s in prompt_sets]
+    engine.warm_up()  # cost profiles and warm kernels, once for every method
     rows = []
     for method in methods:
         ks = plan.ks if method.speculative else (plan.context_k,)

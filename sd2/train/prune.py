@@ -39,7 +39,6 @@ def layer_importance(model: nn.Module, rows: Sequence[Sequence[int]]) -> torch.T
     """Each decoder layer's block importance over the calibration rows (token id lists). Returns [L]."""
     layers = decoder_layers(model)[: model.config.num_hidden_layers]
     sums = torch.zeros(len(layers), dtype=torch.float64)
-    count = 0
 
     def hook(index: int):
         def record(module, args, kwargs, output):
@@ -51,22 +50,14 @@ def layer_importance(model: nn.Module, rows: Sequence[Sequence[int]]) -> torch.T
         return record
 
     handles = [layer.register_forward_hook(hook(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
-        for row in rows:
-            model(input_ids=_ids(model, row), use_cache=False)
-            count += len(row)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return (sums / max(count, 1)).float()
+    return (sums / _calibrate(model, rows, handles)).float()
 
 
 @torch.no_grad()
 def channel_importance(model: nn.Module, rows: Sequence[Sequence[int]]) -> torch.Tensor:
     """Each layer's MLP channel importance over the calibration rows. Returns [L, F]."""
-    layers = decoder_layers(model)[: model.config.num_hidden_layers]
-    sums = torch.zeros(len(layers), model.config.intermediate_size, dtype=torch.float64)
-    count = 0
+    n_layers = model.config.num_hidden_layers
+    sums = torch.zeros(n_layers, model.config.intermediate_size, dtype=torch.float64)
 
     def hook(index: int):
         def record(module, args):
@@ -74,15 +65,20 @@ def channel_importance(model: nn.Module, rows: Sequence[Sequence[int]]) -> torch
 
         return record
 
-    handles = [mlp(model, i).down_proj.register_forward_pre_hook(hook(i)) for i in range(len(layers))]
+    handles = [mlp(model, i).down_proj.register_forward_pre_hook(hook(i)) for i in range(n_layers)]
+    return (sums / _calibrate(model, rows, handles)).float()
+
+
+def _calibrate(model: nn.Module, rows: Sequence[Sequence[int]], handles: list) -> int:
+    """Forward every calibration row with the hooks of `handles` recording, then remove them. Returns
+    the number of tokens seen (at least 1, the divisor of a mean)."""
     try:
         for row in rows:
             model(input_ids=_ids(model, row), use_cache=False)
-            count += len(row)
     finally:
         for handle in handles:
             handle.remove()
-    return (sums / max(count, 1)).float()
+    return max(sum(map(len, rows)), 1)
 
 
 def calibration_rows(source: str, tokenizer, rows: int, tokens: int) -> list[list[int]]:
