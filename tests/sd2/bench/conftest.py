@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from sd2.bench.aggregate import aggregate, best_k
@@ -50,3 +52,13 @@ def synthetic_result() -> BenchResult:
     forwards = {s.name: ForwardTimes(s.name, {1: 60.0, 5: 90.0}, {"self": 60.0}) for s in sets}
     summaries = aggregate(plan.cells(), rows, forwards)
     return BenchResult(plan, sets, rows, forwards, summaries, best_k(summaries))
+
+
+@pytest.fixture
+def chat_prompts_dir(tmp_path):
+    """A prompts folder holding a three-prompt `chat` set, for end-to-end `sd2 bench` runs."""
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    lines = [json.dumps({"id": f"p{i}", "prompt": f"Hello! Tell me story {i}."}) for i in range(3)]
+    (folder / "chat.jsonl").write_text("\n".join(lines) + "\n")
+    return folder

@@ -13,12 +13,9 @@ from sd2.cli import main
 from sd2.config import DecodeConfig
 
 
-def test_bench_batch_end_to_end(tiny_pair_dir, tmp_path, monkeypatch):
+def test_bench_batch_end_to_end(tiny_pair_dir, chat_prompts_dir, tmp_path, monkeypatch):
     verifier_dir, drafter_dir = tiny_pair_dir
-    prompts_dir = tmp_path / "prompts"
-    prompts_dir.mkdir()
-    lines = [json.dumps({"id": f"p{i}", "prompt": f"Hello! Tell me story {i}."}) for i in range(3)]
-    (prompts_dir / "chat.jsonl").write_text("\n".join(lines) + "\n")
+    prompts_dir = chat_prompts_dir
     out = tmp_path / "out"
     argv = ["bench", "--verifier", str(verifier_dir), "--drafter", f"d={drafter_dir}"]
     argv += ["--methods", "verifier", "d", "hf-generate", "--prompts-dir", str(prompts_dir)]

@@ -79,12 +79,11 @@ def test_the_counterfactuals_time_is_taken_out_of_the_wall_time(engine):
     assert stats.counterfactual.gain / gain.n_blocks == pytest.approx(gain.gain)
 
 
-def test_bench_counterfactual_end_to_end(tiny_pair_dir, steered_dir, tmp_path, capsys, monkeypatch):
+def test_bench_counterfactual_end_to_end(
+    tiny_pair_dir, steered_dir, chat_prompts_dir, tmp_path, capsys, monkeypatch
+):
     verifier_dir, drafter_dir = tiny_pair_dir
-    prompts_dir = tmp_path / "prompts"
-    prompts_dir.mkdir()
-    lines = [json.dumps({"id": f"p{i}", "prompt": f"Hello! Tell me story {i}."}) for i in range(3)]
-    (prompts_dir / "chat.jsonl").write_text("\n".join(lines) + "\n")
+    prompts_dir = chat_prompts_dir
     out = tmp_path / "out"
     argv = ["bench", "--verifier", str(verifier_dir), "--drafter", f"d={drafter_dir}"]
     argv += ["--drafter", f"s={steered_dir}", "--methods", "verifier", "d", "s", "self", "hf-assisted:s"]
