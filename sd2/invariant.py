@@ -13,9 +13,11 @@ results that depend on how many batch entries the call holds. The invariant path
 every linear in a layout whose rows do not depend on the row count: in bf16, where oneDNN has it, with a
 weight packed once for its inner-product kernel (invariant for any row count, and 1.5–3× faster per
 call than `F.linear` on the plain weight in one probe); elsewhere in the cheapest layout a probe finds
-invariant. Attention for batch 1 runs with keys padded to a multiple of `KEY_BUCKET` (masked), rows
-grouped by their padded key length, and each token its own batch entry of query rows padded to a
-probed invariant count (`entry_rows`), so a row's reductions have the same shape and kernel whichever
+invariant. Attention for batch 1 runs with keys padded to a multiple of `KEY_BUCKET` (masked) and rows
+grouped by their padded key length: in query blocks (sd2.block_attention: a token's G query heads per KV
+head are rows of a block padded to a multiple of a probed quantum, several requests' blocks in one call),
+or, where no quantum is invariant, with each token its own batch entry of query rows padded to a probed
+invariant count (`entry_rows`). Either way a row's reductions have the same shape and kernel whichever
 forward it sits in. Larger forwards (prefill of a long prompt, training batches) use the stock kernels:
 they are the same in both loops.
 
@@ -36,12 +38,11 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from sd2.kv_cache import zero_padded
+from sd2.block_attention import KEY_BUCKET, block_attention, pad_keys, query_quantum
 
 INVARIANT_ATTENTION = "sd2_batch_invariant"
 MIN_ROWS = 2  # a 1-row product takes a GEMV kernel whose sums differ from the GEMM's: pad to 2 rows
 MAX_ROWS = 128  # forwards of more rows than any verify (k ≤ 64) keep the stock kernels
-KEY_BUCKET = 64  # attention reduces over keys padded to a multiple of this, whatever the forward holds
 
 
 PACKED, STOCK, PAD, COLUMNS, ROWS = "packed", "stock", "pad", "columns", "rows"  # the layouts, cheapest first
@@ -186,6 +187,15 @@ def invariant_attention(
     Returns [B, T, H, D] like transformers' attention functions.
     """
     if isinstance(key, list):  # a ragged forward (sd2.ragged): each segment attends to its own cache
+        heads, dim = query.shape[1], query.shape[3]
+        kv_heads = key[0].shape[1]
+        quantum = query_quantum(kv_heads, heads // kv_heads, dim, query.dtype, query.device, MAX_ROWS)
+        if quantum and not dropout:  # every segment in one block layout
+            tokens = [last - first for first, last in key.bounds]
+            scaling = scaling if scaling is not None else dim**-0.5
+            keys, values = [k[0] for k in key], [v[0] for v in value]
+            out = block_attention(query[0], keys, values, tokens, scaling, quantum)  # [H, M, D]
+            return out.transpose(0, 1).unsqueeze(0), None  # [1, M, H, D]
         segments = [
             invariant_attention(module, query[:, :, first:last], k, v, None, dropout, scaling, **kwargs)[0]
             for (first, last), k, v in zip(key.bounds, key, value, strict=True)
@@ -196,6 +206,10 @@ def invariant_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scaling = scaling if scaling is not None else dim**-0.5
     kv_heads = key.shape[1]
+    quantum = query_quantum(kv_heads, heads // kv_heads, dim, query.dtype, query.device, MAX_ROWS)
+    if quantum:
+        out = block_attention(query[0], [key[0]], [value[0]], [rows], scaling, quantum)  # [H, T, D]
+        return out.transpose(0, 1).unsqueeze(0), None  # [1, T, H, D]
     padded_rows = entry_rows(kv_heads, heads // kv_heads, dim, query.dtype, query.device)
     outputs = [
         _bucket_attention(query[0, :, first:last], key[0], value[0], seen, scaling, padded_rows)
@@ -238,7 +252,7 @@ def _bucket_attention(
     heads, rows, dim = query.shape
     kv_heads = key.shape[0]
     group = heads // kv_heads
-    key, value = (_pad_keys(t, seen.shape[-1]) for t in (key, value))  # [H_kv, P, D]
+    key, value = (pad_keys(t, seen.shape[-1]) for t in (key, value))  # [H_kv, P, D]
     per_row = query.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3)  # [T_b, H_kv, G, D]
     per_row = F.pad(per_row, (0, 0, 0, abs(padded_rows) - group))  # [T_b, H_kv, R, D]
     if padded_rows > 0 or rows == 1:
@@ -308,16 +322,6 @@ def _entries_invariant(
         torch.equal(_entries_attention(query[:e], key, value, seen[:e], scaling), single[:e])
         for e in range(2, entries + 1)
     )
-
-
-def _pad_keys(tensor: torch.Tensor, padded: int) -> torch.Tensor:
-    """[H_kv, N, D] → [H_kv, P, D]: zero rows appended (they are masked out); a view where the keys sit
-    in a rollback cache's zero-tailed buffer (sd2.kv_cache.zero_padded), else a copy."""
-    view = zero_padded(tensor, padded)
-    if view is not None:
-        return view
-    missing = padded - tensor.shape[1]
-    return F.pad(tensor, (0, 0, 0, missing)) if missing > 0 else tensor[:, :padded]
 
 
 def _register() -> None:
