@@ -26,7 +26,7 @@ from sd2.config import DecodeConfig
 from sd2.counterfactual import UnsteeredTwin
 from sd2.draft_length import DraftLength
 from sd2.draft_step import DraftStep
-from sd2.explainer import explain_draft, explain_extra
+from sd2.explainer import explain_block
 from sd2.invariant import MAX_ROWS
 from sd2.kv_cache import cached_forward, rollback_cache
 from sd2.proposer import Proposer
@@ -37,6 +37,7 @@ from sd2.sampling import (
     greedy_verdict,
     overlap,
     rejection_sample,
+    residual,
     warp_probs,
 )
 from sd2.steering import captured_states, stack_features
@@ -358,8 +359,8 @@ class SpeculativeDecoder:
         return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
 
     def _judge(self, draft_tokens, draft_probs, target_logits, target_probs) -> Verdict:
-        if self.config.warp.greedy:
-            return greedy_verdict(draft_tokens, target_logits.argmax(-1).cpu())
+        if self.config.warp.greedy:  # one-hot rows: their argmax is the logits' (and cheaper than bf16's)
+            return greedy_verdict(draft_tokens, target_probs.argmax(-1).cpu())
         return rejection_sample(
             draft_tokens.to(target_probs.device), draft_probs, target_probs, self.picker.generator
         )
@@ -383,8 +384,9 @@ class SpeculativeDecoder:
         and would show it the verifier state that predicted the token after it.
         """
         head = self.head
-        new = head(anchor_features)  # [L_s, F]
-        self.steering_norm = float(head.steering_vector(anchor_features).norm())
+        vector = head.steering_vector(anchor_features)  # [D_v]
+        new = head.biases(vector)  # [L_s, F]
+        self.steering_norm = float(vector.norm())
         old = [self.biases[layer][-1] for layer in head.config.drafter_layers] if self.biases else new
         self.biases = {
             layer: torch.stack([old[i], new[i]]) for i, layer in enumerate(head.config.drafter_layers)
@@ -404,17 +406,14 @@ class SpeculativeDecoder:
                 TokenStatus.ACCEPTED if i < n else TokenStatus.REJECTED if i == n else TokenStatus.DISCARDED
             )
             p = float(p_shown[i, token]) if i <= n else None
-            event = TokenEvent(token, status, float(q_shown[i, token]), p)
-            if i <= n:  # judged: keep what the rejection explainer shows
-                explain_draft(event, p_shown[i], q_shown[i])
-            drafts.append(event)
+            drafts.append(TokenEvent(token, status, float(q_shown[i, token]), p))
         extra_status = TokenStatus.BONUS if n == k else TokenStatus.RESAMPLED
         extra = TokenEvent(verdict.extra_token, extra_status, None, float(p_shown[n, verdict.extra_token]))
-        if n < k:  # resampled from norm(max(0, p − q)) at the rejected position
-            explain_extra(extra, p_shown[n], target_probs[n], draft_probs[n])
-        else:
-            explain_extra(extra, p_shown[n])
         judged = min(n + 1, k)
+        # what the rejection explainer shows of the judged drafts and the extra token; a resampled one
+        # was drawn from norm(max(0, p − q)) at the rejected position
+        law = residual(target_probs[n], draft_probs[n].to(target_probs.device)) if n < k else None
+        explain_block(drafts[:judged], extra, p_shown[: n + 1], q_shown[:judged], law)
         overlaps = overlap(target_probs[:judged], draft_probs[:judged].to(target_probs.device)).tolist()
         # A block shortened by the length limit is not a sample of the rule's τ; one the rule ended is.
         block = Block(

@@ -9,15 +9,48 @@ the rule's own (one-hot on the verifier's argmax at T = 0).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from sd2.sampling import rank_of, residual, top_tokens
+from sd2.sampling import rank_of
 from sd2.trace import TOP_N, Candidate, CounterfactualToken, TokenEvent
 
 
-def candidates(probs: torch.Tensor, n: int = TOP_N) -> list[Candidate]:
-    """A row's n most likely tokens as Candidates (texts filled in later by the Engine). probs: [V]."""
-    return [Candidate(token, prob) for token, prob in top_tokens(probs, n)]
+def top_candidates(rows: torch.Tensor, n: int = TOP_N) -> list[list[Candidate]]:
+    """Each row's n most likely tokens as Candidates, zeros left out (texts filled in later by the
+    Engine), with one top-k for all rows. rows: [R, V]."""
+    values, ids = torch.topk(rows.float(), min(n, rows.shape[-1]), dim=-1)  # [R, n] each
+    return [
+        [Candidate(int(i), float(v)) for v, i in zip(row_values, row_ids, strict=True) if v > 0]
+        for row_values, row_ids in zip(values.tolist(), ids.tolist(), strict=True)
+    ]
+
+
+def explain_block(
+    judged: Sequence[TokenEvent],
+    extra: TokenEvent,
+    target_rows: torch.Tensor,
+    draft_rows: torch.Tensor,
+    residual_row: torch.Tensor | None = None,
+) -> None:
+    """The explainer fields of one block: each judged draft's (as `explain_draft`) and the extra token's
+    (its rank and top under p; for a resampled one, the top of the residual it was drawn from), each kind
+    of row ranked with one top-k. judged[i] sits at position i; the extra token at the last position.
+    target_rows: the shown p at positions 0..n [n+1, V]; draft_rows: the shown q of the judged drafts
+    [J, V]; residual_row: the law a resampled extra token was drawn from [V] (None for a bonus token)."""
+    target_tops = top_candidates(target_rows)  # positions 0..n
+    draft_tops = top_candidates(draft_rows) if judged else []
+    last = target_rows.shape[0] - 1
+    positions = torch.tensor([*range(len(judged)), last], device=target_rows.device)  # [J+1]
+    tokens = torch.tensor([t.token_id for t in (*judged, extra)], device=target_rows.device)  # [J+1]
+    rows = target_rows[positions]  # [J+1, V]
+    ranks = ((rows > rows.gather(1, tokens[:, None])).sum(-1) + 1).tolist()  # as `rank_of`
+    for i, token in enumerate(judged):
+        token.target_rank, token.target_top, token.draft_top = ranks[i], target_tops[i], draft_tops[i]
+    extra.target_rank, extra.target_top = ranks[-1], target_tops[last]
+    if residual_row is not None:
+        extra.residual_top = top_candidates(residual_row[None])[0]
 
 
 def explain_draft(
@@ -25,19 +58,4 @@ def explain_draft(
 ) -> None:
     """Fill a judged draft's explainer fields from the shown p [V] and q [V] of its position."""
     token.target_rank = rank_of(target_row, token.token_id)
-    token.target_top = candidates(target_row)
-    token.draft_top = candidates(draft_row)
-
-
-def explain_extra(
-    token: TokenEvent,
-    target_row: torch.Tensor,
-    rule_target: torch.Tensor | None = None,
-    rule_draft: torch.Tensor | None = None,
-) -> None:
-    """Fill the extra token's fields from the shown p [V] of its position; for a resampled token also
-    the residual of the rule's p and q ([V] each) at the rejected position."""
-    token.target_rank = rank_of(target_row, token.token_id)
-    token.target_top = candidates(target_row)
-    if rule_target is not None and rule_draft is not None:
-        token.residual_top = candidates(residual(rule_target, rule_draft.to(rule_target.device)))
+    token.target_top, token.draft_top = top_candidates(torch.stack([target_row, draft_row.to(target_row)]))

@@ -67,8 +67,8 @@ class Picker:
     def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
         """logits: [V] → (token, probs [V]) where probs is the rule's distribution (one-hot if greedy)."""
         probs = warp_probs(logits, self.warp)
-        if self.warp.greedy:
-            return int(logits.argmax()), probs
+        if self.warp.greedy:  # one-hot on the logits' first argmax
+            return int(probs.argmax()), probs
         return sample(probs, self.generator), probs
 
     def trace_probs(self, logits: torch.Tensor, rule_probs: torch.Tensor) -> torch.Tensor:
@@ -147,12 +147,6 @@ def acceptance_survival(
     q = draft_probs.to(target_probs.device)[positions, tokens].double()  # [K]; > 0: d_i was drawn from q_i
     ratio = torch.where(q > 0, (p / q.clamp(min=1e-300)).clamp(max=1.0), torch.ones_like(p))
     return ratio.cumprod(0).cpu()
-
-
-def top_tokens(probs: torch.Tensor, n: int) -> list[tuple[int, float]]:
-    """A row's n most likely tokens with their probabilities, zeros left out. probs: [V]."""
-    values, ids = torch.topk(probs.float(), min(n, probs.shape[-1]))
-    return [(int(i), float(v)) for v, i in zip(values.tolist(), ids.tolist(), strict=True) if v > 0]
 
 
 def rank_of(probs: torch.Tensor, token: int) -> int:

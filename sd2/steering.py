@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -75,10 +76,16 @@ class SteeringHead(nn.Module):
         verifier may feed an fp32 head, e.g. a training run's)."""
         return self.hml(features.to(self.hml.weight.dtype))
 
+    def biases(self, vector: torch.Tensor) -> torch.Tensor:
+        """Per-layer biases from a steering vector. vector: [..., D_v] → [..., L_s, F_d]."""
+        normed = self.norm(vector)  # [..., D_v]
+        layers, ffn, _ = self.w_s.shape
+        # one product with every layer's W_s stacked: [..., L_s·F_d] (cheaper than an einsum per call)
+        return F.linear(normed, self.w_s.flatten(0, 1)).unflatten(-1, (layers, ffn))
+
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Per-layer biases. features: [..., n·D_v] → [..., L_s, F_d]."""
-        normed = self.norm(self.steering_vector(features))  # [..., D_v]
-        return torch.einsum("lfd,...d->...lf", self.w_s, normed)
+        return self.biases(self.steering_vector(features))
 
     def save(self, folder: str | Path) -> None:
         """Write `steering.safetensors` + `steering.json` into folder (callers stage folders atomically)."""
