@@ -152,7 +152,7 @@ class Handlers:
 
     # --- Train ------------------------------------------------------------------------------------
     def train(
-        self, name, method, base, steps, lr, k, seq_len, batch, seed, precision, data, api_key
+        self, name, method, base, steps, lr, k, seq_len, batch, seed, precision, loss, data, api_key
     ) -> Iterator:
         body = {
             "name": name,
@@ -166,6 +166,8 @@ class Handlers:
             "seed": int(seed),
             "precision": precision or "auto",
         }
+        if method != "pretrain":  # the loss of a fine-tune; pretraining learns next tokens
+            body["loss"] = loss or "kl"
         if data and data.strip():
             body["data"] = [t.strip() for t in data.split("\n\n") if t.strip()]
         try:

@@ -325,7 +325,7 @@ def _train_axis(name: str) -> str | None:
 
 
 def train_plot(points: Sequence[dict]) -> go.Figure:
-    """Training curves: losses (left axis); validation τ and draft agreement (right axis)."""
+    """Training curves: losses (left axis); validation τ, the τ proxies and agreement (right axis)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     series: dict[str, list[tuple[int, float]]] = {}
     for p in points:
@@ -343,6 +343,6 @@ def train_plot(points: Sequence[dict]) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", secondary_y=False)
     fig.update_yaxes(
-        title_text="validation τ · agreement", secondary_y=True, showgrid=False, rangemode="tozero"
+        title_text="τ (validation, proxy) · agreement", secondary_y=True, showgrid=False, rangemode="tozero"
     )
     return _layout(fig, "Training curves")

@@ -196,8 +196,8 @@ def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGro
             method = gr.Radio(
                 [
                     ("pretrained (next-token)", "pretrain"),
-                    ("distilled (KL to verifier)", "distill"),
-                    ("SD² (steered, KL)", "sd2"),
+                    ("distilled (to the verifier)", "distill"),
+                    ("SD² (steered, distilled)", "sd2"),
                 ],
                 value="pretrain",
                 label="Recipe",
@@ -219,6 +219,13 @@ def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGro
                     info="bf16 ≈ 2× faster on CPUs with AVX-512 BF16",
                     elem_id="train-precision",
                 )
+            loss = gr.Dropdown(
+                [("forward KL", "kl"), ("TV distance (1 − acceptance)", "tvd"), ("mean of both", "mixed")],
+                value="kl",
+                label="Loss (distilled and SD²)",
+                info="the divergence from the verifier; pretraining always learns next tokens",
+                elem_id="train-loss",
+            )
             data = gr.Textbox("", label="Training texts (optional; blank line between texts)", lines=3)
             key = gr.Textbox("", label="API key (only if the server sets SD2_API_KEY)", type="password")
             with gr.Row():
@@ -229,7 +236,7 @@ def _train_tab(h: Handlers, gen_method: gr.Dropdown, cmp_methods: gr.CheckboxGro
             bar = gr.HTML(elem_id="train-progress")
             curve = gr.Plot(plots.train_plot([]), elem_id="train-curve", show_label=False)
             job_id = gr.Number(None, label="Job id", precision=0, interactive=False)
-    inputs = [name, method, base, steps, lr, k, seq_len, batch, seed, precision, data, key]
+    inputs = [name, method, base, steps, lr, k, seq_len, batch, seed, precision, loss, data, key]
     go.click(h.train, inputs, [bar, curve, status, job_id, gen_method, cmp_methods, base])
     cancel.click(h.cancel, [job_id, key], status)
     return base

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
+
+from sd2.choices import LOSSES
 
 
 def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -17,6 +21,58 @@ def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch
     draft_logp = F.log_softmax(draft_logits.float(), dim=-1)  # [N, V]
     total = F.kl_div(draft_logp, target_logp, reduction="sum", log_target=True)
     return total / max(len(target_logits), 1)
+
+
+def total_variation(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """TV(p_verifier, q_drafter) = ½ Σ_v |p − q| at T = 1, averaged over the N positions.
+
+    target_logits, draft_logits: [N, V] (0 when N = 0). 1 − TV is the acceptance probability of a draft
+    under Leviathan's rule (Σ min(p, q)), so this loss is the one the decoding rule pays (DistillSpec);
+    its gradient only moves q where it differs from p. Gradients flow only into draft_logits.
+    """
+    target = F.softmax(target_logits.float(), dim=-1)  # [N, V]
+    draft = F.softmax(draft_logits.float(), dim=-1)  # [N, V]
+    total = 0.5 * (target - draft).abs().sum()
+    return total / max(len(target_logits), 1)
+
+
+def draft_loss(name: str, target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """The fine-tuning loss by name: forward KL, TV distance, or their mean (mixed). [N, V] each."""
+    if name == "kl":
+        return forward_kl(target_logits, draft_logits)
+    if name == "tvd":
+        return total_variation(target_logits, draft_logits)
+    if name == "mixed":
+        return 0.5 * (forward_kl(target_logits, draft_logits) + total_variation(target_logits, draft_logits))
+    raise ValueError(f"loss must be one of {LOSSES}, got {name!r}")
+
+
+def tau_proxy(acceptance: torch.Tensor, lengths: Sequence[int], k: int) -> float | None:
+    """The block efficiency a drafter of these per-position acceptances would reach at draft length k:
+    the mean over every window of k consecutive positions of one sequence of 1 + Σ_j Π_{i≤j} α_i (a
+    shorter sequence is one shorter window). acceptance: [N] α in [0, 1], the positions of the sequences
+    one after another (`lengths` of each, in order). None when N = 0.
+
+    With α = Σ min(p, q) it is τ under Leviathan's rule at T = 1; with α = 1 where the argmaxes agree (else
+    0), greedy τ. Teacher-forced positions stand in for a block's drafts, so it is a proxy, not τ."""
+    windows = []
+    for row in acceptance.detach().float().split(list(lengths)):
+        if len(row):
+            windows.append(row.unfold(0, k, 1) if len(row) >= k else row[None])  # [W, ≤ k]
+    if not windows:
+        return None
+    taus = torch.cat([1 + w.cumprod(-1).sum(-1) for w in windows])  # [Σ W]
+    return float(taus.mean())
+
+
+@torch.no_grad()
+def acceptance(target_logits: torch.Tensor, draft_logits: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """α = Σ_v min(p, q) at T = 1 per position: [N, V] each → [N], `chunk` rows at a time (no gradient)."""
+    parts = [
+        torch.minimum(F.softmax(t.float(), dim=-1), F.softmax(d.float(), dim=-1)).sum(-1)
+        for t, d in zip(target_logits.split(chunk), draft_logits.detach().split(chunk), strict=True)
+    ]
+    return torch.cat(parts) if parts else target_logits.new_zeros(0, dtype=torch.float32)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -116,6 +116,7 @@ class JobRunner:
             seq_len=spec["seq_len"],
             seed=spec["seed"],
             precision=spec.get("precision", "auto"),
+            loss=spec.get("loss", "kl"),  # jobs stored before the field train with KL
             texts=tuple(spec["data"]) if spec.get("data") else None,
             card={"base": base_drafter, "trainer": "service job (sd2.train)", "job_id": job_id},
         )

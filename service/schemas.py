@@ -497,6 +497,17 @@ class TrainIn(BaseModel):
         description="autocast of the training forwards: auto = bf16 on a CUDA GPU, fp32 on CPU; bf16 is "
         "≈ 2× faster on CPUs with AVX-512 BF16 / AMX",
     )
+    loss: Literal["kl", "tvd", "mixed"] = Field(
+        "kl",
+        description="distill and sd2: the divergence of the drafter from the verifier at T = 1 — forward "
+        "KL, tvd (TV distance = 1 − the acceptance probability) or their mean",
+    )
+
+    @model_validator(mode="after")
+    def _loss_needs_a_verifier(self) -> TrainIn:
+        if self.loss != "kl" and self.method == "pretrain":
+            raise ValueError(f"loss {self.loss!r} is for distill and sd2; pretrain learns next tokens")
+        return self
 
 
 class MetricPointOut(BaseModel):

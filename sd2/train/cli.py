@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sd2.choices import LOSSES
 from sd2.cli_args import add_placement_arguments
 from sd2.train.config import PRECISIONS
 
@@ -49,6 +50,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     )
     for parser in (distill, sd2):
         parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
+    for parser in (distill, sd2, lockstep):
+        parser.add_argument(
+            "--loss",
+            choices=LOSSES,
+            default="kl",
+            help="the divergence of the drafter from the verifier at T = 1: forward KL (default), tvd = TV "
+            "distance (1 − the acceptance probability: what the decoding rule pays), mixed = their mean",
+        )
     lockstep.add_argument(
         "--from",
         dest="bases",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from sd2.choices import LOSSES
+
 OBJECTIVES = ("pretrain", "distill", "sd2")
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -24,6 +26,7 @@ class TrainConfig:
     clip_norm: float = 0.5  # gradient clipping, as in the paper
     k: int = 8  # offsets δ are drawn from 1..k, matching the draft length used at inference
     freeze_drafter: bool = False  # sd2 ablation: train only the steering head
+    loss: str = "kl"  # distill / sd2: forward KL, TV distance (1 − acceptance) or their mean (sd2.losses)
     eval_every: int = 200  # steps between validations (0 = only at the end)
     save_every: int = 200  # steps between checkpoints (0 = only at the end)
     eval_batches: int = 4  # validation batches for KL / agreement
@@ -50,6 +53,8 @@ class TrainConfig:
             (self.skip_batches >= 0, "skip_batches", "must be ≥ 0", self.skip_batches),
             (1 <= self.k <= 64, "k", "must be in 1..64", self.k),
             (self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}", self.precision),
+            (self.loss in LOSSES, "loss", f"must be one of {LOSSES}", self.loss),
+            (self.loss == "kl" or self.objective != "pretrain", "loss", "is for distill and sd2", self.loss),
             (
                 not self.freeze_drafter or self.objective == "sd2",
                 "freeze_drafter",

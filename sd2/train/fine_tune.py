@@ -45,6 +45,7 @@ class FineTune:
     seq_len: int
     seed: int
     precision: str = "auto"  # auto | fp32 | bf16 (TrainConfig.precision)
+    loss: str = "kl"  # kl | tvd | mixed (TrainConfig.loss)
     texts: tuple[str, ...] | None = None  # None: BUILTIN_TEXTS
     card: dict = field(default_factory=dict)  # added to the checkpoint's card
 
@@ -82,6 +83,7 @@ def fine_tune_trainer(
         seed=job.seed,
         eval_max_new_tokens=32,
         precision=job.precision,
+        loss=job.loss,
     )
     return build_trainer(  # fp32 copies in training mode; a new head where the base has none
         config,

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from sd2.data.batches import Batch
-from sd2.losses import forward_kl, next_token_loss, top1_agreement
+from sd2.losses import acceptance, draft_loss, next_token_loss, tau_proxy, top1_agreement
 from sd2.steering import SteeringHead, anchored_biases, captured_states, stack_features, steered
 from sd2.train.offsets import sample_anchors, trained_positions
 
@@ -71,10 +71,13 @@ def distill_step(
     k: int = 8,
     generator: torch.Generator | None = None,
     targets: VerifierTargets = verifier_targets,
+    loss_name: str = "kl",
 ) -> StepOutput:
-    """Forward KL(p_verifier ‖ q_drafter) at T = 1 on response positions; with a head, the SD² step:
-    position s is steered by the verifier state at s − δ, δ ~ U{1..k} per position. `targets` computes
-    the frozen verifier's side (runs in lockstep share one computation per batch)."""
+    """A divergence of q_drafter from p_verifier at T = 1 on response positions (`sd2.losses.draft_loss`:
+    forward KL, TV distance or their mean); with a head, the SD² step: position s is steered by the
+    verifier state at s − δ, δ ~ U{1..k} per position. `targets` computes the frozen verifier's side
+    (runs in lockstep share one computation per batch). Logs the τ proxies at draft length k
+    (`sd2.losses.tau_proxy`): under Leviathan's rule at T = 1 and greedy."""
     layers = head.config.verifier_layers if head is not None else None
     mask = trained_positions(batch.loss_mask)  # [B, T]
     target_logits, features = targets(verifier, batch, mask, layers)  # [N, V]
@@ -83,9 +86,16 @@ def distill_step(
     else:
         anchors = sample_anchors(batch.loss_mask, k, generator)  # [B, T]
         draft_logits = steered_logits(drafter, head, batch.input_ids, features, anchors, mask)
-    loss = forward_kl(target_logits, draft_logits)
+    loss = draft_loss(loss_name, target_logits, draft_logits)
     agreement = top1_agreement(target_logits, draft_logits.detach())
     metrics = {"loss": float(loss.detach()), "agreement": float(agreement), "tokens": float(mask.sum())}
+    lengths = mask.sum(1).tolist()  # positions of each sequence, in the row-major order of [N]
+    matches = (target_logits.argmax(-1) == draft_logits.detach().argmax(-1)).float()  # [N]
+    proxies = {"tau_proxy": acceptance(target_logits, draft_logits), "tau_proxy_greedy": matches}
+    for name, alphas in proxies.items():
+        proxy = tau_proxy(alphas, lengths, k)
+        if proxy is not None:
+            metrics[name] = proxy
     return StepOutput(loss, metrics)
 
 

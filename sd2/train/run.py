@@ -92,6 +92,7 @@ def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_draft
         warmup_steps=args.warmup_steps,
         k=args.k,
         freeze_drafter=freeze_drafter,
+        loss=getattr(args, "loss", "kl"),  # pretrain has no --loss
         eval_every=args.eval_every,
         save_every=args.save_every,
         eval_prompts=args.eval_prompts,

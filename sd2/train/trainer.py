@@ -62,8 +62,9 @@ class _Recipe(nn.Module):
     def forward(self, batch: Batch, generator: torch.Generator | None) -> StepOutput:
         if self.config.objective == "pretrain":
             return pretrain_step(self.drafter, batch)
+        config = self.config
         return distill_step(
-            self.drafter, self.verifier, batch, self.head, self.config.k, generator, self.targets
+            self.drafter, self.verifier, batch, self.head, config.k, generator, self.targets, config.loss
         )
 
     def trainable(self) -> list[nn.Parameter]:

@@ -113,6 +113,8 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
             "name": {"name": "../../etc", "base_drafter": "tiny"},
             "steps": {"name": "x", "base_drafter": "tiny", "steps": 0},
             "precision": {"name": "x", "base_drafter": "tiny", "precision": "fp16"},
+            "loss": {"name": "x", "base_drafter": "tiny", "method": "distill", "loss": "js"},
+            "pretrain": {"name": "x", "base_drafter": "tiny", "loss": "tvd"},  # pretrain has no verifier
         }
         for field, body in refused.items():
             response = client.post("/train", json=body)
@@ -127,15 +129,15 @@ def test_a_failing_job_reports_its_error_and_bad_submissions_are_refused(setting
 def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_drafters(settings):
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         settings_of = {"base_drafter": "tiny", "steps": 3, "seq_len": 32, "batch_size": 2}
-        ids = [  # the sd2 job also runs its forwards under bf16 autocast
+        ids = [  # the sd2 job also runs its forwards under bf16 autocast, with the TV-distance loss
             client.post("/train", json={"name": f"job-{m}", "method": m, **settings_of, **extra}).json()["id"]
-            for m, extra in (("distill", {}), ("sd2", {"precision": "bf16"}))
+            for m, extra in (("distill", {}), ("sd2", {"precision": "bf16", "loss": "tvd"}))
         ]
         for job_id in ids:
             job = _wait(client, job_id)
             assert job["status"] == "succeeded", job
             names = {p["name"] for p in job["points"]}
-            assert {"loss", "val_tau"} <= names
+            assert {"loss", "val_tau", "tau_proxy", "tau_proxy_greedy"} <= names
         drafters = {d["name"]: d for d in client.get("/drafters").json()}
         assert drafters["job-sd2"]["steering"] and not drafters["job-distill"]["steering"]
         cards = {
@@ -146,6 +148,7 @@ def test_distill_and_sd2_jobs_train_with_the_verifier_and_register_steered_draft
             cards["sd2"]["recipe"]["precision"] == "bf16"
             and cards["distill"]["recipe"]["precision"] == "auto"
         )
+        assert cards["sd2"]["recipe"]["loss"] == "tvd" and cards["distill"]["recipe"]["loss"] == "kl"
         result = client.post(
             "/generate", json={"prompt": "Hi", "method": "job-sd2", "max_new_tokens": 8}
         ).json()

@@ -27,15 +27,18 @@ def _losses(out_dir):
     return [h["loss"] for h in state["history"] if "loss" in h]
 
 
-@pytest.mark.parametrize("objective", ["pretrain", "distill", "sd2"])
-def test_a_few_steps_lower_the_loss(tmp_path, data, objective):
+@pytest.mark.parametrize(
+    "objective,loss", [("pretrain", "kl"), ("distill", "kl"), ("sd2", "kl"), ("sd2", "tvd")]
+)
+def test_a_few_steps_lower_the_loss(tmp_path, data, objective, loss):
     verifier, drafter = _verifier(), _drafter()
     head = new_head_for(verifier, drafter) if objective == "sd2" else None
-    out = Trainer(_config(tmp_path, objective), drafter, verifier, data, head).run()
+    out = Trainer(_config(tmp_path, objective, loss=loss), drafter, verifier, data, head).run()
     losses = _losses(out)
     assert sum(losses[-3:]) / 3 < 0.9 * sum(losses[:3]) / 3
     card = verify_checkpoint(out)
     assert card["steps"] == 12 and card["tokens_seen"] > 0 and card["recipe"]["objective"] == objective
+    assert card["recipe"]["loss"] == loss
     assert card["final_metrics"]["val_tau"] >= 1.0
     assert (out / "steering.safetensors").exists() == (objective == "sd2")
 
@@ -88,6 +91,33 @@ def test_distill_loss_is_the_kl_of_the_full_logits_on_trained_positions(data, st
     assert torch.allclose(out.loss, kl[mask].mean(), rtol=1e-5)
     agree = (target.argmax(-1) == draft.argmax(-1))[mask].float().mean()
     assert out.metrics["agreement"] == pytest.approx(float(agree))
+
+
+@pytest.mark.parametrize("loss", ["tvd", "mixed"])
+def test_distill_loss_can_be_the_tv_distance_and_logs_the_tau_proxies(data, loss):
+    verifier, drafter = _verifier(), _drafter()
+    batch = next(batches(data.train, 8, seed=0, trim=True))
+    out = distill_step(drafter, verifier, batch, k=4, loss_name=loss)
+    mask = trained_positions(batch.loss_mask)  # [B, T]
+    with torch.no_grad():
+        p = verifier(input_ids=batch.input_ids).logits.softmax(-1)  # [B, T, V], every position
+        q = drafter(input_ids=batch.input_ids).logits.softmax(-1)
+    tv = 0.5 * (p - q).abs().sum(-1)  # [B, T]
+    kl = (p * (p.log() - q.log())).sum(-1)
+    expected = tv[mask].mean() if loss == "tvd" else (tv[mask].mean() + kl[mask].mean()) / 2
+    assert torch.allclose(out.loss, expected, rtol=1e-4)
+    # the proxies from the same positions, sequence by sequence: windows of k = 4 consecutive ones
+    alpha, match = torch.minimum(p, q).sum(-1), (p.argmax(-1) == q.argmax(-1)).float()  # [B, T]
+    for name, values in (("tau_proxy", alpha), ("tau_proxy_greedy", match)):
+        windows = [values[b][mask[b]].unfold(0, 4, 1) for b in range(len(mask))]
+        proxy = torch.cat([1 + w.cumprod(-1).sum(-1) for w in windows]).mean()
+        assert out.metrics[name] == pytest.approx(float(proxy), rel=1e-4)
+    assert 1.0 <= out.metrics["tau_proxy_greedy"] <= 5.0
+
+
+def test_a_loss_other_than_kl_is_refused_for_pretraining(tmp_path):
+    with pytest.raises(ValueError, match="loss is for distill and sd2"):
+        _config(tmp_path, "pretrain", loss="tvd")
 
 
 def test_sampled_offsets_stay_in_range_and_never_steer_the_prompt():
