@@ -1,4 +1,4 @@
-"""Batched against serial decoding in one process (`sd2 bench --batch B …`, benchmarks/batched_decoding.py).
+"""Batched against serial decoding in one process (`sd2 bench --batch B …`).
 
 For each method of our loop, prompt set, temperature, k and B: B requests (the set's prompts cycled,
 request i seeded i), decoded two ways on the same engine, in turn per repetition:
