@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from sd2.sampling import rank_of
+from sd2.sampling import ranks_of
 from sd2.trace import TOP_N, Candidate, CounterfactualToken, TokenEvent
 
 
@@ -44,8 +44,7 @@ def explain_block(
     last = target_rows.shape[0] - 1
     positions = torch.tensor([*range(len(judged)), last], device=target_rows.device)  # [J+1]
     tokens = torch.tensor([t.token_id for t in (*judged, extra)], device=target_rows.device)  # [J+1]
-    rows = target_rows[positions]  # [J+1, V]
-    ranks = ((rows > rows.gather(1, tokens[:, None])).sum(-1) + 1).tolist()  # as `rank_of`
+    ranks = ranks_of(target_rows[positions], tokens)  # [J+1]
     for i, token in enumerate(judged):
         token.target_rank, token.target_top, token.draft_top = ranks[i], target_tops[i], draft_tops[i]
     extra.target_rank, extra.target_top = ranks[-1], target_tops[last]
@@ -57,5 +56,6 @@ def explain_draft(
     token: TokenEvent | CounterfactualToken, target_row: torch.Tensor, draft_row: torch.Tensor
 ) -> None:
     """Fill a judged draft's explainer fields from the shown p [V] and q [V] of its position."""
-    token.target_rank = rank_of(target_row, token.token_id)
+    chosen = torch.tensor([token.token_id], device=target_row.device)
+    token.target_rank = ranks_of(target_row[None], chosen)[0]
     token.target_top, token.draft_top = top_candidates(torch.stack([target_row, draft_row.to(target_row)]))

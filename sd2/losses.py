@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from sd2.choices import LOSSES
+from sd2.sampling import overlap
 
 
 def forward_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -47,16 +48,16 @@ def draft_loss(name: str, target_logits: torch.Tensor, draft_logits: torch.Tenso
     raise ValueError(f"loss must be one of {LOSSES}, got {name!r}")
 
 
-def tau_proxy(acceptance: torch.Tensor, lengths: Sequence[int], k: int) -> float | None:
+def tau_proxy(alphas: torch.Tensor, lengths: Sequence[int], k: int) -> float | None:
     """The block efficiency a drafter of these per-position acceptances would reach at draft length k:
     the mean over every window of k consecutive positions of one sequence of 1 + Σ_j Π_{i≤j} α_i (a
-    shorter sequence is one shorter window). acceptance: [N] α in [0, 1], the positions of the sequences
+    shorter sequence is one shorter window). alphas: [N] α in [0, 1], the positions of the sequences
     one after another (`lengths` of each, in order). None when N = 0.
 
     With α = Σ min(p, q) it is τ under Leviathan's rule at T = 1; with α = 1 where the argmaxes agree (else
     0), greedy τ. Teacher-forced positions stand in for a block's drafts, so it is a proxy, not τ."""
     windows = []
-    for row in acceptance.detach().float().split(list(lengths)):
+    for row in alphas.detach().float().split(list(lengths)):
         if len(row):
             windows.append(row.unfold(0, k, 1) if len(row) >= k else row[None])  # [W, ≤ k]
     if not windows:
@@ -67,9 +68,10 @@ def tau_proxy(acceptance: torch.Tensor, lengths: Sequence[int], k: int) -> float
 
 @torch.no_grad()
 def acceptance(target_logits: torch.Tensor, draft_logits: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """α = Σ_v min(p, q) at T = 1 per position: [N, V] each → [N], `chunk` rows at a time (no gradient)."""
+    """α = Σ_v min(p, q) at T = 1 per position (`sd2.sampling.overlap`): [N, V] each → [N], `chunk` rows
+    at a time (no gradient)."""
     parts = [
-        torch.minimum(F.softmax(t.float(), dim=-1), F.softmax(d.float(), dim=-1)).sum(-1)
+        overlap(F.softmax(t.float(), dim=-1), F.softmax(d.float(), dim=-1))
         for t, d in zip(target_logits.split(chunk), draft_logits.detach().split(chunk), strict=True)
     ]
     return torch.cat(parts) if parts else target_logits.new_zeros(0, dtype=torch.float32)

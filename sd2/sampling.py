@@ -149,9 +149,10 @@ def acceptance_survival(
     return ratio.cumprod(0).cpu()
 
 
-def rank_of(probs: torch.Tensor, token: int) -> int:
-    """The token's rank in a row (1 = most likely; ties share the best rank). probs: [V]."""
-    return int((probs > probs[token]).sum()) + 1
+def ranks_of(rows: torch.Tensor, tokens: torch.Tensor) -> list[int]:
+    """Each row's token's rank in it (1 = most likely; ties share the best rank). rows: [R, V]; tokens:
+    [R] ids on the rows' device."""
+    return ((rows > rows.gather(1, tokens[:, None])).sum(-1) + 1).tolist()
 
 
 def overlap(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from sd2.bench.report import SCHEMA_VERSION as BENCH_SCHEMA_VERSION
+from sd2.choices import LOSSES
 from sd2.config import AUTO_K, DECODE_DEFAULTS, MAX_K, MIN_TEMPERATURE
 from sd2.trace import BlockKind
 from service.settings import NAME_PATTERN
@@ -497,7 +498,7 @@ class TrainIn(BaseModel):
         description="autocast of the training forwards: auto = bf16 on a CUDA GPU, fp32 on CPU; bf16 is "
         "≈ 2× faster on CPUs with AVX-512 BF16 / AMX",
     )
-    loss: Literal["kl", "tvd", "mixed"] = Field(
+    loss: Literal[LOSSES] = Field(
         "kl",
         description="distill and sd2: the divergence of the drafter from the verifier at T = 1 — forward "
         "KL, tvd (TV distance = 1 − the acceptance probability) or their mean",
