@@ -2,13 +2,15 @@
 into ragged forwards (sd2.ragged), each request's output exactly what it would be alone.
 
 A round (`Batch.step`):
-  1. every row runs its own code (picks, acceptance, cache rollback, steering) up to its next call;
+  1. every row runs its own code (picks, acceptance, cache rollback) up to its next call;
   2. drafter steps: the rows waiting on a step of the same drafter (and the same steered layers) share
      one ragged forward, each row steered by its own bias rows; repeated until no row is drafting (rows
      draft different k, so some finish drafting early and wait);
   3. verifier forwards: every row's [x_m, d_1..d_k] (or one token for verifier-only rows) in one ragged
      forward, in chunks of at most MAX_ROWS rows, a new row's prefill among them (one longer than MAX_ROWS
-     tokens runs alone, as in its solo run: sd2.decoding.prefill_batchable).
+     tokens runs alone, as in its solo run: sd2.decoding.prefill_batchable);
+  4. steering: the rows of one steering head get their next biases from one product of their anchor
+     states (sd2.steering.SteeringHead.steer_rows), then finish their block.
 Rows join between rounds (`add`) and leave as soon as they finish or are cancelled (`cancel`): the
 iteration-level scheduling of Orca and vLLM.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sd2.decoding import Call, DraftCall, Program, VerifyCall, execute_solo
+from sd2.decoding import Call, DraftCall, Program, SteerCall, VerifyCall, execute_solo
 from sd2.draft_step import EagerDraftStep
 from sd2.invariant import MAX_ROWS, is_batch_invariant
 from sd2.ragged import Segment, ragged_forward, supports_ragged
@@ -90,13 +92,25 @@ class Batch:
         round (the exception propagates; its rows are left as they were, to be cancelled)."""
         report = RoundReport()
         self._advance(report, self._rows.values())
-        while drafting := [r for r in self._rows.values() if isinstance(r.call, DraftCall)]:
-            self._draft(drafting, report)
-            self._advance(report, drafting)
-        verifying = [r for r in self._rows.values() if isinstance(r.call, VerifyCall)]
+        while True:
+            if steering := self._waiting(SteerCall):
+                self._steer(steering)
+                self._advance(report, steering)
+            elif drafting := self._waiting(DraftCall):
+                self._draft(drafting, report)
+                self._advance(report, drafting)
+            else:
+                break
+        verifying = self._waiting(VerifyCall)
         self._verify(verifying, report)
         self._advance(report, verifying)
+        while steering := self._waiting(SteerCall):
+            self._steer(steering)
+            self._advance(report, steering)
         return report
+
+    def _waiting(self, kind: type) -> list[_Row]:
+        return [row for row in self._rows.values() if isinstance(row.call, kind)]
 
     def _advance(self, report: RoundReport, rows) -> None:
         """Run each row's own code until it waits on a call or ends; collect its Blocks."""
@@ -136,6 +150,18 @@ class Batch:
             key = (id(step.model), id(step.draft_head), tuple(sorted(call.biases)))
             groups.setdefault(key, []).append(row)
         report.draft_rows += self._together(groups.values(), _draft_together)
+
+    def _steer(self, rows: Sequence[_Row]) -> None:
+        groups: dict[int, list[_Row]] = {}
+        for row in rows:
+            groups.setdefault(id(row.call.head), []).append(row)
+        for group in groups.values():
+            for first in range(0, len(group), self.max_rows):
+                chunk = group[first : first + self.max_rows]
+                features = torch.stack([row.call.features for row in chunk])  # [R, n·D_v]
+                vectors, biases = chunk[0].call.head.steer_rows(features)  # [R, D_v], [R, L_s, F]
+                for i, row in enumerate(chunk):
+                    self._finish(row, (vectors[i], biases[i]))
 
     def _verify(self, rows: Sequence[_Row], report: RoundReport) -> None:
         groups: dict[int, list[_Row]] = {}

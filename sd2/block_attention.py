@@ -48,12 +48,12 @@ def block_attention(
     group = heads // kv_heads
     shape = tuple((t, k.shape[1]) for t, k in zip(tokens, keys, strict=True))
     grouped = query.reshape(kv_heads, group, rows, dim).transpose(1, 2).reshape(kv_heads, rows * group, dim)
-    calls = _layout(shape, group, quantum, query.device)
+    calls = _layout(shape, group, quantum, query.device, query.dtype)
     if len(calls) == 1 and len(calls[0].segments) == 1:  # one piece: its block as it is, zero rows appended
         call = calls[0]
         q = F.pad(grouped, (0, 0, 0, call.mask.shape[2] - rows * group))[None]  # [1, H_kv, R, D]
         k, v = (_entries_keys(tensors, call) for tensors in (keys, values))  # [1, H_kv, P, D]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=call.mask, scale=scaling)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=call.bias, scale=scaling)
         out = out[0, :, : rows * group]
     else:
         out = _calls_attention(grouped, keys, values, calls, scaling)
@@ -75,7 +75,7 @@ def _calls_attention(
     for call in calls:
         q = grouped[:, call.rows].transpose(0, 1)  # [E, H_kv, R, D]
         k, v = (_entries_keys(tensors, call) for tensors in (keys, values))  # [E, H_kv, P, D]
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=call.mask, scale=scaling)  # [E, H_kv, R, D]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=call.bias, scale=scaling)  # [E, H_kv, R, D]
         out[:, call.targets] = o.transpose(0, 1).reshape(kv_heads, -1, dim)[:, call.sources]
     return out
 
@@ -88,13 +88,15 @@ class _Call:
     padded_keys: int  # P
     rows: torch.Tensor  # [E, R] each entry row's row among the M·G grouped ones (M·G: the zero row)
     mask: torch.Tensor  # [E, 1, R, P] True where a row may see a key
+    bias: torch.Tensor  # the mask as SDPA adds it: 0 where seen, −inf elsewhere, in the query dtype (the
+    # same results as the boolean mask, without its conversion on every call)
     sources: torch.Tensor  # [n] the real rows among the call's E·R output rows
     targets: torch.Tensor  # [n] where they go among the M·G grouped rows
 
 
 @lru_cache(maxsize=256)
 def _layout(
-    shape: tuple[tuple[int, int], ...], group: int, quantum: int, device: torch.device
+    shape: tuple[tuple[int, int], ...], group: int, quantum: int, device: torch.device, dtype: torch.dtype
 ) -> tuple[_Call, ...]:
     """The calls of a forward whose segments have `shape`: (new tokens T_s, keys N_s) each. Token t of
     segment s sees N_s − T_s + t + 1 keys (causal)."""
@@ -128,6 +130,9 @@ def _layout(
                 size,
                 rows.to(device),
                 mask[:, None].to(device),
+                torch.zeros(mask[:, None].shape, dtype=dtype)
+                .masked_fill(~mask[:, None], float("-inf"))
+                .to(device),
                 torch.tensor(sources, device=device),
                 torch.tensor(targets, device=device),
             )

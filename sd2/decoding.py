@@ -40,7 +40,7 @@ from sd2.sampling import (
     residual,
     warp_probs,
 )
-from sd2.steering import captured_states, stack_features
+from sd2.steering import SteeringHead, captured_states, stack_features
 from sd2.trace import Block, BlockKind, BlockTimings, DraftStop, TokenEvent, TokenStatus
 
 
@@ -91,7 +91,17 @@ class VerifyCall:
     batchable: bool = True
 
 
-Call = DraftCall | VerifyCall
+@dataclass(frozen=True)
+class SteerCall:
+    """A program's request for its steering head's next biases from one anchor state `features`
+    [n·D_v]. Its result: (steering vector [D_v], biases [L_s, F]) — `SteeringHead.steer_rows`, whose rows
+    do not depend on what else shares the call."""
+
+    head: SteeringHead
+    features: torch.Tensor
+
+
+Call = DraftCall | VerifyCall | SteerCall
 # A decoding program: yields each model call it needs (and is sent its result) and each finished Block
 # (and is sent None). `run_solo` executes the calls one by one; sd2.batching runs many programs together.
 Program = Generator[Call | Block, object, None]
@@ -102,6 +112,9 @@ def execute_solo(call: Call):
     if isinstance(call, DraftCall):
         with call.step.steering(call.biases):
             return call.step.logits(call.inputs)
+    if isinstance(call, SteerCall):
+        vectors, biases = call.head.steer_rows(call.features[None])
+        return vectors[0], biases[0]
     capture = captured_states(call.verifier, call.capture) if call.capture else nullcontext({})
     with capture as states:
         logits = cached_forward(call.verifier, call.inputs, call.cache, call.last_only)
@@ -261,7 +274,7 @@ class SpeculativeDecoder:
         verify_ms = _ms(start)
         start = time.perf_counter()
         if self.head is not None:
-            self._steer(features[len(prompt_ids) - 1])
+            yield from self._steer(features[len(prompt_ids) - 1])
         steer_ms = _ms(start)
         room = self.config.max_new_tokens + self.length.longest + 1
         self.draft_step.start(prompt_ids, room)  # the prompt is never steered
@@ -319,7 +332,7 @@ class SpeculativeDecoder:
         steer_start = time.perf_counter()
         if self.head is not None:
             anchor = states[verdict.n_accepted]  # [n·D_v]: the state that produced the extra token
-            self._steer(anchor)
+            yield from self._steer(anchor)
         steer_ms = _ms(steer_start)
         total_ms = _ms(start) - counterfactual_ms
         block = self._record(
@@ -374,7 +387,7 @@ class SpeculativeDecoder:
         self.verifier_cache.crop(-max(surplus, 0))
         self.draft_step.crop_to(committed)  # the drafter may be short of it: tokens pending
 
-    def _steer(self, anchor_features: torch.Tensor) -> None:
+    def _steer(self, anchor_features: torch.Tensor) -> Generator[Call, object, None]:
         """Bias rows for the next block: (previous anchor, new anchor) per steered drafter layer.
 
         Draft step j feeds input position anchor + j and is steered by the new anchor (offset δ = j,
@@ -384,8 +397,7 @@ class SpeculativeDecoder:
         and would show it the verifier state that predicted the token after it.
         """
         head = self.head
-        vector = head.steering_vector(anchor_features)  # [D_v]
-        new = head.biases(vector)  # [L_s, F]
+        vector, new = yield SteerCall(head, anchor_features)  # [D_v], [L_s, F]
         self.steering_norm = float(vector.norm())
         old = [self.biases[layer][-1] for layer in head.config.drafter_layers] if self.biases else new
         self.biases = {

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sd2.invariant import MAX_ROWS, PACKED, layout_for, packed_weight, rows_product
+from sd2.invariant import MAX_ROWS, is_packed, layout_for, packed_weight, rows_product
 
 VOCAB_FILE = "draft_vocab.json"
 
@@ -100,7 +100,7 @@ class ReducedHead(nn.Module):
             return F.linear(hidden, self.weight)
         weight = self.weight
         layout = layout_for(tuple(weight.shape), weight.dtype, weight.device)
-        out = rows_product(rows, packed_weight(self) if layout == PACKED else weight, None, layout)
+        out = rows_product(rows, packed_weight(self) if is_packed(layout) else weight, None, layout)
         return out.reshape(*hidden.shape[:-1], weight.shape[0])
 
     def to_vocabulary(

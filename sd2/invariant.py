@@ -26,7 +26,6 @@ Dims: B batch, T query rows, H heads, H_kv key/value heads, N keys, P padded key
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -34,6 +33,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -45,7 +45,8 @@ MIN_ROWS = 2  # a 1-row product takes a GEMV kernel whose sums differ from the G
 MAX_ROWS = 128  # forwards of more rows than any verify (k ≤ 64) keep the stock kernels
 
 
-PACKED, STOCK, PAD, COLUMNS, ROWS = "packed", "stock", "pad", "columns", "rows"  # the layouts, cheapest first
+PACKED, PACKED_PAD, STOCK, PAD, COLUMNS, ROWS = "packed", "packed-pad", "stock", "pad", "columns", "rows"
+LAYOUTS = (PACKED, PACKED_PAD, STOCK, PAD, COLUMNS, ROWS)  # cheapest first
 PROBE_ROWS = 17  # probed row counts 1..17 (a verify at k ≤ 16); the real-model tests check whole forwards
 
 
@@ -62,26 +63,46 @@ class RowInvariantLinear(nn.Linear):
         rows = x.reshape(-1, x.shape[-1])  # [M, in]
         if rows.shape[0] > MAX_ROWS:
             return F.linear(x, self.weight, self.bias)
-        weight = packed_weight(self) if self.layout == PACKED else self.weight
+        weight = packed_weight(self) if is_packed(self.layout) else self.weight
         out = rows_product(rows, weight, self.bias, self.layout)  # [M, out]
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-_PACKED: weakref.WeakKeyDictionary[nn.Linear, tuple[tuple[int, int], torch.Tensor]] = (
-    weakref.WeakKeyDictionary()
-)
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight → ((data address, version), packed)
 
 
 def packed_weight(linear: nn.Linear) -> torch.Tensor:
-    """The linear's weight packed for oneDNN's inner product (an opaque tensor), packed again whenever the
-    weight changes (moved, cast or written in place). Kept beside the module, not in it, so the module's
-    state dict and deep copies stay as they are; it costs as much memory as the weight."""
-    key = (linear.weight.data_ptr(), linear.weight._version)
-    cached = _PACKED.get(linear)
+    """The linear's weight packed for oneDNN's inner product (`packed_matrix`)."""
+    return packed_matrix(linear.weight)
+
+
+def packed_matrix(weight: torch.Tensor) -> torch.Tensor:
+    """A weight [..., in] as a matrix [out, in] (leading dims flattened) packed for oneDNN's inner
+    product (an opaque tensor), packed again whenever the weight changes (moved, cast or written in
+    place). Kept beside the weight's module, not in it, so its state dict and deep copies stay as they
+    are; it costs as much memory as the weight."""
+    key = (weight.data_ptr(), weight._version)
+    cached = _PACKED.get(weight)
     if cached is None or cached[0] != key:
-        cached = (key, pack_weight(linear.weight))
-        _PACKED[linear] = cached
+        cached = (key, pack_weight(weight.flatten(0, -2)))
+        _PACKED[weight] = cached
     return cached[1]
+
+
+def invariant_product(
+    rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """rows [M, in] times a weight [..., in] (leading dims flattened to out) plus bias → [M, out], row i
+    the same bit for bit whatever M is (≤ MAX_ROWS), in the layout `layout_for` probes for the weight's
+    shape. For products outside a model's linears (e.g. a steering head's, sd2.steering)."""
+    matrix = weight.detach().flatten(0, -2)  # [out, in]
+    layout = layout_for(tuple(matrix.shape), matrix.dtype, matrix.device)
+    return rows_product(rows, packed_matrix(weight) if is_packed(layout) else matrix, bias, layout)
+
+
+def is_packed(layout: str) -> bool:
+    """Whether a layout multiplies by a packed weight (`packed_weight`)."""
+    return layout in (PACKED, PACKED_PAD)
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -103,14 +124,19 @@ def rows_product(
     rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layout: str
 ) -> torch.Tensor:
     """rows [M, in] → [M, out] in a layout: PACKED multiplies by a weight packed once for oneDNN
-    (`weight` is the packed one, or a plain one packed for this call); STOCK is `F.linear`; PAD gives a
+    (`weight` is the packed one, or a plain one packed for this call); PACKED_PAD does so with a 1-row
+    call given a zero second row (oneDNN takes a GEMV path for one row; measured for the embedded
+    verifier's down_proj, 576×1536); STOCK is `F.linear`; PAD gives a
     1-row call a zero second row (the 1-row GEMV kernel sums in another order than the GEMM); COLUMNS
     also pads and computes (W rowsᵀ)ᵀ, for kernels (MKL's fp32 sgemm) whose row results depend on the
     row count; ROWS, the last resort, multiplies each row on its own as the first of a padded pair
     (invariant by construction, M products)."""
     m = rows.shape[0]
-    if layout == PACKED:
+    if is_packed(layout):
         packed = weight if weight.is_mkldnn else pack_weight(weight)
+        if layout == PACKED_PAD and m < MIN_ROWS:
+            rows = torch.cat([rows, rows.new_zeros(MIN_ROWS - m, rows.shape[1])])  # [MIN_ROWS, in]
+            return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")[:m]
         return torch.ops.mkldnn._linear_pointwise(rows.contiguous(), packed, bias, "none", [], "")
     if layout == ROWS:
         return torch.cat([rows_product(rows[i : i + 1], weight, bias, PAD) for i in range(m)])
@@ -135,7 +161,7 @@ def layout_for(shape: tuple[int, int], dtype: torch.dtype, device: torch.device,
     """
     generator = torch.Generator().manual_seed(0)
     with_packed = packed and packed_available(dtype, device)
-    candidates = (PACKED, STOCK, PAD, COLUMNS) if with_packed else (STOCK, PAD, COLUMNS)
+    candidates = (PACKED, PACKED_PAD, STOCK, PAD, COLUMNS) if with_packed else (STOCK, PAD, COLUMNS)
     for layout in candidates:
         if all(_invariant_in(layout, *_probe(shape, generator, dtype, device)) for _ in range(PROBE_DRAWS)):
             return layout
@@ -341,7 +367,7 @@ def make_batch_invariant(model: nn.Module, packed: bool = True) -> nn.Module:
         if layout != STOCK:
             module.__class__ = RowInvariantLinear
             module.layout = layout
-        if layout == PACKED:
+        if is_packed(layout):
             packed_weight(module)  # packed now, not in the first decode
     model.set_attn_implementation(INVARIANT_ATTENTION)
     return model

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from sd2.architecture import decoder_layers, mlp
+from sd2.invariant import invariant_product
 
 HEAD_WEIGHTS = "steering.safetensors"
 HEAD_CONFIG = "steering.json"
@@ -86,6 +87,16 @@ class SteeringHead(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Per-layer biases. features: [..., n·D_v] → [..., L_s, F_d]."""
         return self.biases(self.steering_vector(features))
+
+    def steer_rows(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoding's steering: the vectors [R, D_v] and biases [R, L_s, F_d] of R anchor states
+        [R, n·D_v] (R ≤ MAX_ROWS), each row the same bit for bit whatever the others are
+        (sd2.invariant's probed products), so several requests' heads run as one product
+        (sd2.batching). The same values as `forward` up to rounding."""
+        rows = features.to(self.hml.weight.dtype)
+        vectors = invariant_product(rows, self.hml.weight, self.hml.bias)  # [R, D_v]
+        biases = invariant_product(self.norm(vectors), self.w_s)  # [R, L_s·F_d]
+        return vectors, biases.unflatten(-1, tuple(self.w_s.shape[:2]))
 
     def save(self, folder: str | Path) -> None:
         """Write `steering.safetensors` + `steering.json` into folder (callers stage folders atomically)."""

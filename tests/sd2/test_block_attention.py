@@ -75,7 +75,7 @@ def test_each_token_of_a_segment_equals_its_one_token_call_bitwise(dtype):
 def test_the_layout_groups_pieces_by_padded_key_length():
     """Segment 0's first token sees 128 keys, its others 129 and 130 (the next bucket); segments 1 and 2
     share the 64-key bucket, in one call of rows padded to the larger block (2 tokens × 3 heads → 8)."""
-    calls = _layout(((3, 130), (2, 60), (1, 64)), 3, 4, CPU)
+    calls = _layout(((3, 130), (2, 60), (1, 64)), 3, 4, CPU, torch.bfloat16)
     assert [(c.padded_keys, c.segments, c.mask.shape[2]) for c in calls] == [
         (64, (1, 2), 8),
         (128, (0,), 4),
@@ -86,3 +86,6 @@ def test_the_layout_groups_pieces_by_padded_key_length():
     assert short.rows[0].tolist() == [9, 10, 11, 12, 13, 14, 18, 18]
     assert short.mask[0, 0, :6].sum(-1).tolist() == [59, 59, 59, 60, 60, 60]
     assert short.mask[0, 0, 6:].sum(-1).tolist() == [1, 1]  # padding rows see key 0 only
+    for call in calls:  # the additive form SDPA is given: 0 where seen, −inf elsewhere
+        assert call.bias.dtype == torch.bfloat16
+        assert torch.equal(call.bias == 0, call.mask) and torch.isneginf(call.bias[~call.mask]).all()

@@ -10,10 +10,11 @@ from sd2.invariant import (
     ENTRY_ROWS_LIMIT,
     INVARIANT_ATTENTION,
     KEY_BUCKET,
+    LAYOUTS,
     PACKED,
+    PACKED_PAD,
     PAD,
     ROWS,
-    STOCK,
     RowInvariantLinear,
     _bucket_attention,
     _row_buckets,
@@ -101,13 +102,15 @@ def test_both_attention_paths_compute_causal_attention(padded):
         torch.testing.assert_close(got, expected[:, first:last])
 
 
+@pytest.mark.parametrize("shape", [(96, 160), (576, 1536)], ids=["small", "down_proj"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-def test_the_probe_picks_a_layout_whose_rows_do_not_depend_on_the_row_count(dtype):
+def test_the_probe_picks_a_layout_whose_rows_do_not_depend_on_the_row_count(dtype, shape):
+    """(576, 1536): the embedded verifier's down_proj, whose 1-row packed product differs in bf16."""
     generator = torch.Generator().manual_seed(1)
-    weight = torch.randn(96, 160, generator=generator).to(dtype)
-    layout = layout_for((96, 160), dtype, torch.device("cpu"))
-    assert layout in (PACKED, STOCK, PAD, COLUMNS, ROWS)
-    rows = torch.randn(12, 160, generator=generator).to(dtype)
+    weight = torch.randn(*shape, generator=generator).to(dtype)
+    layout = layout_for(shape, dtype, torch.device("cpu"))
+    assert layout in LAYOUTS
+    rows = torch.randn(12, shape[1], generator=generator).to(dtype)
     single = torch.cat([rows_product(rows[i : i + 1], weight, None, layout) for i in range(12)])
     for m in range(2, 13):
         assert torch.equal(rows_product(rows[:m], weight, None, layout), single[:m])
@@ -154,14 +157,15 @@ needs_packed = pytest.mark.skipif(
 
 
 @needs_packed
-def test_the_packed_layout_computes_the_linear_product():
+@pytest.mark.parametrize("layout", [PACKED, PACKED_PAD])
+def test_the_packed_layouts_compute_the_linear_product(layout):
     generator = torch.Generator().manual_seed(3)
     weight = torch.randn(48, 80, generator=generator).to(torch.bfloat16)
     bias = torch.randn(48, generator=generator).to(torch.bfloat16)
     rows = torch.randn(6, 80, generator=generator).to(torch.bfloat16)
     expected = torch.nn.functional.linear(rows.float(), weight.float(), bias.float())
     for m in (1, 6):
-        got = rows_product(rows[:m], weight, bias, PACKED)
+        got = rows_product(rows[:m], weight, bias, layout)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), expected[:m], rtol=2e-2, atol=2e-2)
 
@@ -185,3 +189,4 @@ def test_a_packed_weight_is_packed_again_when_the_weight_changes_and_deep_copies
     assert packed_weight(linear) is not first
     with torch.inference_mode():
         torch.testing.assert_close(linear(x).float(), 2 * before.float(), rtol=2e-2, atol=2e-2)
+

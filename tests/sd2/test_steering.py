@@ -124,3 +124,28 @@ def test_load_refuses_missing_or_mismatched_files(pair, tmp_path):
     (tmp_path / "steering.json").write_text((tmp_path / "other" / "steering.json").read_text())
     with pytest.raises(ValueError, match="does not match"):
         SteeringHead.load(tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_decodings_steering_rows_do_not_depend_on_the_other_rows(pair, dtype):
+    """steer_rows gives each anchor the same vector and biases bit for bit whether it is alone or one of
+    R rows (a batch's heads share one product), and the same values as forward up to rounding."""
+    verifier, drafter = pair
+    head = new_head_for(verifier, drafter)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head.w_s.normal_(0, 0.3, generator=generator)
+        head.hml.weight.add_(torch.randn(head.hml.weight.shape, generator=generator) * 0.1)
+    head = head.to(dtype)
+    features = torch.randn(9, 3 * 64, generator=generator).to(dtype)
+    with torch.inference_mode():
+        alone = [head.steer_rows(features[i : i + 1]) for i in range(9)]
+        for rows in range(2, 10):
+            vectors, biases = head.steer_rows(features[:rows])
+            assert vectors.shape == (rows, 64) and biases.shape == (rows, 2, 64)
+            for i in range(rows):
+                assert torch.equal(vectors[i], alone[i][0][0]) and torch.equal(biases[i], alone[i][1][0])
+        expected = head(features)
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(biases, expected, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(vectors, head.steering_vector(features), rtol=tolerance, atol=tolerance)
