@@ -24,10 +24,14 @@ def build_app(settings: Settings, ui: bool = True, **inject: Any) -> FastAPI:
 
 
 def serve(
-    host: str | None, port: int | None, drafters: Mapping[str, str], ui: bool = True, **models: str | None
+    host: str | None,
+    port: int | None,
+    drafters: Mapping[str, str],
+    ui: bool = True,
+    **models: str | bool | None,
 ) -> int:
     """Run the API (and, unless `ui` is False, the browser UI at `/`) on one port. `models`: verifier,
-    device, dtype, draft_step (see `service.settings.serve_settings`)."""
+    device, dtype, draft_step, packed_weights (see `service.settings.serve_settings`)."""
     import uvicorn
 
     from sd2.devices import default_placement

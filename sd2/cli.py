@@ -11,7 +11,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from sd2.cli_args import add_draft_step_argument, add_placement_arguments, load_engine, parse_drafters
+from sd2.cli_args import (
+    add_draft_step_argument,
+    add_packed_weights_argument,
+    add_placement_arguments,
+    load_engine,
+    parse_drafters,
+)
 from sd2.config import DECODE_DEFAULTS, parse_k
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -59,6 +65,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     add_placement_arguments(p)
     add_draft_step_argument(p)
+    add_packed_weights_argument(p)
     p.add_argument(
         "--stock-kernels",
         action="store_true",

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV, DTYPE_CHOICES, DTYPE_ENV
+from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV, DTYPE_CHOICES, DTYPE_ENV, PACKED_WEIGHTS_ENV
 
 if TYPE_CHECKING:
     from sd2.engine import Engine
@@ -39,6 +39,17 @@ def add_draft_step_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_packed_weights_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-packed-weights: the invariant kernels without packed copies of the weights (sd2.invariant)."""
+    parser.add_argument(
+        "--no-packed-weights",
+        action="store_true",
+        help=f"do not keep packed copies of the weights for oneDNN's bf16 kernels (default: "
+        f"${PACKED_WEIGHTS_ENV}, else on): saves as much memory as the weights (≈ 300 MB for the embedded "
+        "verifier), slower on CPUs",
+    )
+
+
 def parse_drafters(values: Sequence[str]) -> dict[str, str]:
     """--drafter PATH or NAME=PATH (repeatable); a bare path is named after its folder."""
     drafters = {}
@@ -51,8 +62,8 @@ def parse_drafters(values: Sequence[str]) -> dict[str, str]:
 
 
 def load_engine(args: argparse.Namespace, drafters: Mapping[str, str]) -> Engine:
-    """The Engine of a decoding command's --verifier, --device, --dtype, --stock-kernels and --draft-step,
-    with `drafters` ({name: path}, from `parse_drafters`)."""
+    """The Engine of a decoding command's --verifier, --device, --dtype, --stock-kernels, --draft-step and
+    --no-packed-weights, with `drafters` ({name: path}, from `parse_drafters`)."""
     from sd2.engine import Engine
 
     return Engine.load(
@@ -62,4 +73,5 @@ def load_engine(args: argparse.Namespace, drafters: Mapping[str, str]) -> Engine
         dtype=args.dtype,
         batch_invariant=not args.stock_kernels,
         draft_step=args.draft_step,
+        packed_weights=False if args.no_packed_weights else None,
     )

@@ -19,7 +19,13 @@ from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.errors import InvalidValue
-from sd2.invariant import MAX_ROWS, is_batch_invariant, make_batch_invariant
+from sd2.invariant import (
+    MAX_ROWS,
+    is_batch_invariant,
+    make_batch_invariant,
+    resolve_packed_weights,
+    uses_packed_weights,
+)
 from sd2.metrics import GenerationMetrics, summarize
 from sd2.models import (
     Drafter,
@@ -137,12 +143,15 @@ class Engine:
         placement: Placement,
         verifier_name: str = "",
         draft_step: str = "eager",
+        packed_weights: bool = True,
     ):
         """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
         speculative output to equal the verifier's own bit for bit. `draft_step`: "eager" or "compiled"
-        (sd2.draft_step), how drafters run."""
+        (sd2.draft_step), how drafters run. `packed_weights` False keeps the drafters' invariant kernels
+        from packing their weights (the verifier's are as `make_batch_invariant` left them)."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
         self.draft_step_kind = draft_step
+        self._pack_drafters = packed_weights
         self._compiled_steps: dict[
             str, CompiledDraftStep
         ] = {}  # method → its drafter's step, reused per request
@@ -165,6 +174,7 @@ class Engine:
         draft_vocab: bool = True,
         home: Path | None = None,
         draft_step: str | None = None,
+        packed_weights: bool | None = None,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
@@ -176,13 +186,17 @@ class Engine:
         `draft_vocab` (the default) drafts over each drafter's reduced vocabulary when it ships one.
         `home` holds the converted embedded verifier (default `sd2.paths.sd2_home()`).
         `draft_step` is auto, eager, compiled (None: $SD2_DRAFT_STEP, else auto = compiled on CUDA).
+        `packed_weights` (None: $SD2_PACKED_WEIGHTS, else on) lets the invariant kernels keep a packed
+        copy of each weight for oneDNN where it has one (bf16 CPUs): faster, and as much memory again as
+        the weights (≈ 300 MB for the embedded verifier); off uses the padded layouts.
         """
+        packed = resolve_packed_weights(packed_weights)
         placement = default_placement(device, dtype)
         step_kind = resolve_draft_step(draft_step, placement.device)
         path = resolve_model_path(verifier, home)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
         if batch_invariant:
-            make_batch_invariant(model)
+            make_batch_invariant(model, packed=packed)
         found = shipped_drafters() if shipped and verifier is None else {}
         if shipped and verifier is None and not found:
             log.warning("no shipped drafters found (set $SD2_ASSETS to a checkout's assets/ folder)")
@@ -192,11 +206,24 @@ class Engine:
             for name, drafter_path in wanted.items()
         }
         name = verifier or "SmolLM2-135M-Instruct"
-        return cls(model, tokenizer, loaded, placement, verifier_name=name, draft_step=step_kind)
+        return cls(
+            model,
+            tokenizer,
+            loaded,
+            placement,
+            verifier_name=name,
+            draft_step=step_kind,
+            packed_weights=packed,
+        )
 
     @property
     def batch_invariant(self) -> bool:
         return is_batch_invariant(self.verifier)
+
+    @property
+    def packed_weights(self) -> bool:
+        """Whether the verifier multiplies by packed copies of its weights (sd2.invariant)."""
+        return uses_packed_weights(self.verifier)
 
     @property
     def precision(self) -> str:
@@ -400,7 +427,7 @@ class Engine:
         """The drafter on batch-invariant kernels where the verifier is and its steps are eager (compiled
         steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
         if self.draft_step_kind == "eager" and is_batch_invariant(self.verifier):
-            make_batch_invariant(drafter.model)
+            make_batch_invariant(drafter.model, packed=self._pack_drafters)
         return drafter
 
     def fill_text(self, block: Block) -> None:

@@ -26,7 +26,8 @@ Dims: B batch, T query rows, H heads, H_kv key/value heads, N keys, P padded key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -39,6 +40,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from sd2.block_attention import KEY_BUCKET, block_attention, pad_keys, query_quantum
+from sd2.choices import PACKED_WEIGHTS_ENV, env_flag
 
 INVARIANT_ATTENTION = "sd2_batch_invariant"
 MIN_ROWS = 2  # a 1-row product takes a GEMV kernel whose sums differ from the GEMM's: pad to 2 rows
@@ -371,6 +373,19 @@ def make_batch_invariant(model: nn.Module, packed: bool = True) -> nn.Module:
             packed_weight(module)  # packed now, not in the first decode
     model.set_attn_implementation(INVARIANT_ATTENTION)
     return model
+
+
+def uses_packed_weights(model: nn.Module) -> bool:
+    """Whether some linear of the model multiplies by a packed copy of its weight (its memory price)."""
+    return any(type(m) is RowInvariantLinear and is_packed(m.layout) for m in model.modules())
+
+
+def resolve_packed_weights(value: bool | None, env: Mapping[str, str] | None = None) -> bool:
+    """Whether batch-invariant kernels may keep packed copies of the weights: `value`, or when None
+    $SD2_PACKED_WEIGHTS (1/true/yes/on or 0/false/no/off; unset: on). Raises ValueError on a bad value."""
+    return (
+        value if value is not None else env_flag(os.environ if env is None else env, PACKED_WEIGHTS_ENV, True)
+    )
 
 
 def is_batch_invariant(model: nn.Module) -> bool:

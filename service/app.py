@@ -101,6 +101,7 @@ def _start(
             dtype=settings.dtype,
             home=settings.home,
             draft_step=settings.draft_step,
+            packed_weights=settings.packed_weights,
         )
     if settings.warm_up:
         seconds = engine.warm_up()

@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sd2.cli_args import add_draft_step_argument, add_placement_arguments, load_engine, parse_drafters
+from sd2.cli_args import (
+    add_draft_step_argument,
+    add_packed_weights_argument,
+    add_placement_arguments,
+    load_engine,
+    parse_drafters,
+)
 from sd2.config import DECODE_DEFAULTS, parse_k
 
 if TYPE_CHECKING:
@@ -45,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_placement_arguments(p)
     add_draft_step_argument(p)
+    add_packed_weights_argument(p)
     p.add_argument(
         "--stock-kernels",
         action="store_true",

@@ -25,8 +25,10 @@ from sd2.invariant import (
     make_batch_invariant,
     packed_available,
     packed_weight,
+    resolve_packed_weights,
     rows_product,
     stock_kernels,
+    uses_packed_weights,
 )
 from tests.tiny import tiny_llama
 
@@ -190,3 +192,15 @@ def test_a_packed_weight_is_packed_again_when_the_weight_changes_and_deep_copies
     with torch.inference_mode():
         torch.testing.assert_close(linear(x).float(), 2 * before.float(), rtol=2e-2, atol=2e-2)
 
+
+def test_packed_weights_can_be_turned_off_by_argument_or_environment():
+    assert resolve_packed_weights(None, {}) is True
+    assert resolve_packed_weights(None, {"SD2_PACKED_WEIGHTS": "0"}) is False
+    assert resolve_packed_weights(True, {"SD2_PACKED_WEIGHTS": "off"}) is True  # an argument wins
+    with pytest.raises(ValueError, match="SD2_PACKED_WEIGHTS"):
+        resolve_packed_weights(None, {"SD2_PACKED_WEIGHTS": "sometimes"})
+    model = tiny_llama(hidden=64, layers=2, ffn=160, seed=0).to(torch.bfloat16)
+    assert not uses_packed_weights(make_batch_invariant(model, packed=False))
+    assert all(m.layout not in (PACKED, PACKED_PAD) for m in model.modules() if type(m) is RowInvariantLinear)
+    packed = make_batch_invariant(tiny_llama(hidden=64, layers=2, ffn=160, seed=0).to(torch.bfloat16))
+    assert uses_packed_weights(packed) == packed_available(torch.bfloat16, torch.device("cpu"))

@@ -128,6 +128,10 @@ def test_settings_from_env_defaults_and_parsing(tmp_path):
     for bad in ("../x=/p", "noequals", "a="):
         with pytest.raises(ValueError, match="SD2_DRAFTERS"):
             Settings.from_env({"SD2_DRAFTERS": bad})
+    assert s.packed_weights is True  # unset: on
+    assert Settings.from_env({"SD2_PACKED_WEIGHTS": "off"}).packed_weights is False
+    with pytest.raises(ValueError, match="SD2_PACKED_WEIGHTS"):
+        Settings.from_env({"SD2_PACKED_WEIGHTS": "maybe"})
 
 
 def _rename_table(settings: Settings, old: str, new: str) -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import torch
+
 from sd2 import __version__
 from sd2.devices import cpu_has_native_bf16
+from sd2.invariant import packed_available
 
 
 def test_health_version_drafters(client):
@@ -20,6 +23,7 @@ def test_health_version_drafters(client):
         "device": f"cpu/{'bf16' if cpu_has_native_bf16() else 'fp32'}",  # --dtype auto
         "batch_invariant": True,
         "draft_step": "eager",  # --draft-step auto on a CPU
+        "packed_weights": packed_available(torch.bfloat16, torch.device("cpu")),  # bf16 where it can pack
         "database": True,
     }
     assert client.get("/version").json() == {"sd2": __version__, "schema_version": 7, "api": "1"}
