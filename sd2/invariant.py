@@ -27,6 +27,7 @@ Dims: B batch, T query rows, H heads, H_kv key/value heads, N keys, P padded key
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
@@ -70,12 +71,14 @@ class RowInvariantLinear(nn.Linear):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight → ((data address, version), packed)
+# a linear → ((weight address, version), packed): keyed by the module, whose lookup is cheap (one per call)
+_PACKED_LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PACKED_WEIGHTS: WeakIdKeyDictionary = WeakIdKeyDictionary()  # any other weight → the same
 
 
 def packed_weight(linear: nn.Linear) -> torch.Tensor:
-    """The linear's weight packed for oneDNN's inner product (`packed_matrix`)."""
-    return packed_matrix(linear.weight)
+    """The linear's weight packed for oneDNN's inner product (as `packed_matrix`)."""
+    return _packed(_PACKED_LINEARS, linear, linear.weight)
 
 
 def packed_matrix(weight: torch.Tensor) -> torch.Tensor:
@@ -83,11 +86,15 @@ def packed_matrix(weight: torch.Tensor) -> torch.Tensor:
     product (an opaque tensor), packed again whenever the weight changes (moved, cast or written in
     place). Kept beside the weight's module, not in it, so its state dict and deep copies stay as they
     are; it costs as much memory as the weight."""
+    return _packed(_PACKED_WEIGHTS, weight, weight)
+
+
+def _packed(cache, owner, weight: torch.Tensor) -> torch.Tensor:
     key = (weight.data_ptr(), weight._version)
-    cached = _PACKED.get(weight)
+    cached = cache.get(owner)
     if cached is None or cached[0] != key:
         cached = (key, pack_weight(weight.flatten(0, -2)))
-        _PACKED[weight] = cached
+        cache[owner] = cached
     return cached[1]
 
 
