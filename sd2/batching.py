@@ -65,6 +65,7 @@ class Batch:
     def __init__(self, max_rows: int = MAX_ROWS):
         self.max_rows = max_rows  # the most token rows one ragged forward holds
         self._rows: dict[Hashable, _Row] = {}
+        self._batchable: dict[int, bool] = {}  # id(model) → `batchable(model)`, asked once a round
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -91,6 +92,7 @@ class Batch:
         whose own code raises is dropped and reported in `failed`; a model call that raises fails the
         round (the exception propagates; its rows are left as they were, to be cancelled)."""
         report = RoundReport()
+        self._batchable.clear()  # kernels may be switched between rounds (sd2.invariant.stock_kernels)
         self._advance(report, self._rows.values())
         while True:
             if steering := self._waiting(SteerCall):
@@ -144,7 +146,7 @@ class Batch:
         for row in rows:
             call = row.call
             step = call.step
-            if not (isinstance(step, EagerDraftStep) and batchable(step.model)):
+            if not (isinstance(step, EagerDraftStep) and self._runs_ragged(step.model)):
                 self._finish(row, execute_solo(call))
                 continue
             key = (id(step.model), id(step.draft_head), tuple(sorted(call.biases)))
@@ -168,11 +170,18 @@ class Batch:
         for row in rows:
             call = row.call
             row.shared = 1
-            if not call.batchable or not batchable(call.verifier):
+            if not call.batchable or not self._runs_ragged(call.verifier):
                 self._finish(row, execute_solo(call))
                 continue
             groups.setdefault(id(call.verifier), []).append(row)
         report.verify_rows += self._together(groups.values(), _verify_together)
+
+    def _runs_ragged(self, model) -> bool:
+        """`batchable(model)`, remembered for the round (every row of a round holds its models)."""
+        known = self._batchable.get(id(model))
+        if known is None:
+            known = self._batchable[id(model)] = batchable(model)
+        return known
 
     def _together(self, groups, run_together) -> list[int]:
         """Each group's calls in chunks of at most max_rows token rows, a chunk's calls by `run_together`

@@ -39,8 +39,9 @@ def explain_block(
     of row ranked with one top-k. judged[i] sits at position i; the extra token at the last position.
     target_rows: the shown p at positions 0..n [n+1, V]; draft_rows: the shown q of the judged drafts
     [J, V]; residual_row: the law a resampled extra token was drawn from [V] (None for a bonus token)."""
-    target_tops = top_candidates(target_rows)  # positions 0..n
-    draft_tops = top_candidates(draft_rows) if judged else []
+    # positions 0..n, then the judged drafts
+    tops = top_candidates(torch.cat([target_rows, draft_rows.to(target_rows)]) if judged else target_rows)
+    target_tops, draft_tops = tops[: target_rows.shape[0]], tops[target_rows.shape[0] :]
     last = target_rows.shape[0] - 1
     positions = torch.tensor([*range(len(judged)), last], device=target_rows.device)  # [J+1]
     tokens = torch.tensor([t.token_id for t in (*judged, extra)], device=target_rows.device)  # [J+1]
