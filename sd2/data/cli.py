@@ -108,6 +108,14 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verifier", default=None, help="hub id or folder (default: embedded SmolLM2-135M-Instruct)"
     )
+    p.add_argument(
+        "--answerer",
+        type=Path,
+        default=None,
+        metavar="DRAFTER",
+        help="a drafter folder answers instead of the verifier (unsteered, its full vocabulary): "
+        "on-policy data, whose verifier distributions distillation computes as it trains",
+    )
     add_placement_arguments(p)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
@@ -176,12 +184,13 @@ def _tokenizer(verifier: str | None):
 
 
 def synth_main(args: argparse.Namespace) -> int:
-    """`sd2 data synth`: answer the first user turns of a training split with the verifier."""
+    """`sd2 data synth`: answer the first user turns of a training split with the verifier (or, with
+    --answerer, with a drafter: its own samples, the on-policy data of DistillSpec)."""
     import torch
 
     from sd2.data.synth import SynthConfig, prompt_window, run_synth, synth_prompts
     from sd2.engine import Engine
-    from sd2.paths import sd2_home
+    from sd2.paths import repo_relative, sd2_home
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -201,8 +210,9 @@ def synth_main(args: argparse.Namespace) -> int:
     )
     # transformers' own kernels: the batch-invariant ones matter for speculative decoding only, and cost
     # batched generate ≈ 1.3× at 128 rows (benchmarks/synth_rate.py)
+    answerer = {"answerer": str(args.answerer)} if args.answerer else {}  # checked to fit the verifier
     engine = Engine.load(
-        args.verifier, device=args.device, shipped=False, dtype=args.dtype, batch_invariant=False
+        args.verifier, answerer, device=args.device, shipped=False, dtype=args.dtype, batch_invariant=False
     )
     prompts = synth_prompts(
         training_pool(args.source, args.split),
@@ -216,7 +226,8 @@ def synth_main(args: argparse.Namespace) -> int:
     variant = (f"-{args.turns}turns" if args.turns != "first" else "") + (
         f"-x{args.samples}" if args.samples > 1 else ""
     )
-    name = f"{verifier}-{args.source}-{args.split}{variant}-T{config.temperature:g}-s{config.seed}"
+    by = f"-by-{args.answerer.resolve().name}" if args.answerer else ""
+    name = f"{verifier}-{args.source}-{args.split}{variant}{by}-T{config.temperature:g}-s{config.seed}"
     out = args.out or sd2_home() / "data" / "synth" / f"{name}.jsonl"
     meta = {
         "verifier": engine.verifier_name,
@@ -226,8 +237,10 @@ def synth_main(args: argparse.Namespace) -> int:
         "samples": args.samples,
         "precision": engine.placement.precision,  # answers of one file come from one precision
     }
+    if args.answerer:  # only then: files of the verifier's answers resume with the settings they have
+        meta["answerer"] = repo_relative(str(args.answerer))
     written = run_synth(
-        engine.verifier,
+        engine.drafters["answerer"].model if args.answerer else engine.verifier,
         engine.tokenizer,
         prompts,
         out,

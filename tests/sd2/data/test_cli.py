@@ -52,3 +52,34 @@ def test_synth_refuses_several_greedy_samples_before_loading_a_model():
         synth_main(args)
     with pytest.raises(SystemExit):
         parser().parse_args(["data", "synth", "--turns", "last"])
+
+
+def test_synth_with_an_answerer_writes_the_drafters_own_answers(tiny_pair_dir, tmp_path):
+    """--answerer: the drafter answers the training prompts (its greedy answers here, checked against its
+    own generate), and the file's settings name it, so a resume with another answerer is refused."""
+    import json
+
+    import pytest
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    verifier_dir, drafter_dir = tiny_pair_dir
+    out = tmp_path / "onpolicy.jsonl"
+    common = ["data", "synth", "--source", "sharegpt", "--verifier", str(verifier_dir), "--dtype", "fp32"]
+    settings = ["--limit", "2", "--max-new-tokens", "5", "--temperature", "0", "--no-progress"]
+    args = parser().parse_args([*common, *settings, "--answerer", str(drafter_dir), "--out", str(out)])
+    assert synth_main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and any(row["response_ids"] for row in rows)
+    assert json.loads((tmp_path / "onpolicy.jsonl.meta.json").read_text())["answerer"] == str(drafter_dir)
+    drafter = AutoModelForCausalLM.from_pretrained(drafter_dir, dtype=torch.float32)
+    for row in rows:
+        prompt = torch.tensor([row["prompt_ids"]])
+        with torch.inference_mode():
+            expected = drafter.generate(
+                prompt, max_new_tokens=5, do_sample=False, eos_token_id=2, pad_token_id=2
+            )
+        assert row["response_ids"] == expected[0, prompt.shape[1] :].tolist()[: len(row["response_ids"])]
+    by_verifier = parser().parse_args([*common, *settings, "--out", str(out)])
+    with pytest.raises(ValueError, match="answerer"):
+        synth_main(by_verifier)
