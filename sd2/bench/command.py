@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         device=engine.placement.device.type,
         dtype=engine.placement.precision,
         batch_invariant=engine.batch_invariant,
+        packed_weights=engine.packed_weights,
     )
     out = args.out or sd2_home() / "bench" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     paths = write_outputs(result, info, out)

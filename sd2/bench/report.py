@@ -73,6 +73,7 @@ class RunInfo:
     device: str = "cpu"
     dtype: str = "fp32"
     batch_invariant: bool = True  # our loops on sd2.invariant's kernels (the HF peers on the stock ones)
+    packed_weights: bool = False  # those kernels with packed copies of the weights (--no-packed-weights)
 
 
 def machine_info() -> dict:
@@ -144,6 +145,7 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
             "device": info.device,
             "dtype": info.dtype,
             "batch_invariant": info.batch_invariant,
+            "packed_weights": info.packed_weights,
         },
         "plan": plan_dict,
         "prompt_sets": [

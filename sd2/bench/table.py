@@ -242,5 +242,6 @@ def markdown_report(data: dict) -> str:
 def _kernels(models: dict) -> str:
     """Which kernels our loops ran on (results before the key existed ran the stock ones)."""
     if models.get("batch_invariant", False):
-        return "our loops batch-invariant, hf-* on transformers' kernels"
+        packed = ", packed weights" if models.get("packed_weights") else ""
+        return f"our loops batch-invariant{packed}, hf-* on transformers' kernels"
     return "stock kernels everywhere"
