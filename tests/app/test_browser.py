@@ -110,6 +110,8 @@ def test_compare_shows_three_columns_and_says_text_is_identical_at_t0(ui):
     assert _plot_points(ui.page, "cmp-bars") == 3
     # the SD² column is steered: its counterfactual is on by default, and the column says its gain
     assert ui.page.is_checked("#cmp-counterfactual input")
+    # the note and the final columns come in one update, which a loaded machine may render a frame apart
+    ui.page.locator("#cmp-columns .sd2-col").nth(2).locator(".sd2-col-gain").wait_for(timeout=30_000)
     gains = ui.page.eval_on_selector_all(
         "#cmp-columns .sd2-col", "els => els.map(e => e.querySelector('.sd2-col-gain')?.innerText || '')"
     )
