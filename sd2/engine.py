@@ -143,15 +143,12 @@ class Engine:
         placement: Placement,
         verifier_name: str = "",
         draft_step: str = "eager",
-        packed_weights: bool = True,
     ):
         """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
         speculative output to equal the verifier's own bit for bit. `draft_step`: "eager" or "compiled"
-        (sd2.draft_step), how drafters run. `packed_weights` False keeps the drafters' invariant kernels
-        from packing their weights (the verifier's are as `make_batch_invariant` left them)."""
+        (sd2.draft_step), how drafters run. Drafters pack their weights where the verifier does."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
         self.draft_step_kind = draft_step
-        self._pack_drafters = packed_weights
         self._compiled_steps: dict[
             str, CompiledDraftStep
         ] = {}  # method → its drafter's step, reused per request
@@ -206,15 +203,7 @@ class Engine:
             for name, drafter_path in wanted.items()
         }
         name = verifier or "SmolLM2-135M-Instruct"
-        return cls(
-            model,
-            tokenizer,
-            loaded,
-            placement,
-            verifier_name=name,
-            draft_step=step_kind,
-            packed_weights=packed,
-        )
+        return cls(model, tokenizer, loaded, placement, verifier_name=name, draft_step=step_kind)
 
     @property
     def batch_invariant(self) -> bool:
@@ -222,7 +211,8 @@ class Engine:
 
     @property
     def packed_weights(self) -> bool:
-        """Whether the verifier multiplies by packed copies of its weights (sd2.invariant)."""
+        """Whether the verifier multiplies by packed copies of its weights (sd2.invariant); its drafters
+        do where it does."""
         return uses_packed_weights(self.verifier)
 
     @property
@@ -427,7 +417,7 @@ class Engine:
         """The drafter on batch-invariant kernels where the verifier is and its steps are eager (compiled
         steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
         if self.draft_step_kind == "eager" and is_batch_invariant(self.verifier):
-            make_batch_invariant(drafter.model, packed=self._pack_drafters)
+            make_batch_invariant(drafter.model, packed=self.packed_weights)
         return drafter
 
     def fill_text(self, block: Block) -> None:
