@@ -11,6 +11,8 @@ A round (`Batch.step`):
      tokens runs alone, as in its solo run: sd2.decoding.prefill_batchable);
   4. steering: the rows of one steering head get their next biases from one product of their anchor
      states (sd2.steering.SteeringHead.steer_rows), then finish their block.
+A row's caches move into the batch's KV pool of their model (sd2.kv_pool) at its first shared forward,
+so a ragged forward writes and reads every row's keys in one buffer; they leave it with the row.
 Rows join between rounds (`add`) and leave as soon as they finish or are cancelled (`cancel`): the
 iteration-level scheduling of Orca and vLLM.
 
@@ -32,6 +34,7 @@ import torch
 from sd2.decoding import Call, DraftCall, Program, SteerCall, VerifyCall, execute_solo
 from sd2.draft_step import EagerDraftStep
 from sd2.invariant import MAX_ROWS, is_batch_invariant
+from sd2.kv_pool import KVPool
 from sd2.ragged import Segment, ragged_forward, supports_ragged
 from sd2.steering import captured_states, stack_features, steered
 from sd2.trace import Block
@@ -45,6 +48,7 @@ class _Row:
     result: object = None  # what to send it when advanced
     done: bool = False
     shared: int = 1  # requests in its latest forward; a Block follows a verify, so: its batch_size
+    pooled: list = field(default_factory=list)  # (KVPool, cache) of each of its caches in a pool
 
 
 @dataclass
@@ -66,6 +70,7 @@ class Batch:
         self.max_rows = max_rows  # the most token rows one ragged forward holds
         self._rows: dict[Hashable, _Row] = {}
         self._batchable: dict[int, bool] = {}  # id(model) → `batchable(model)`, asked once a round
+        self._pools: dict[int, KVPool] = {}  # id(model) → the pool of its rows' caches
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -85,6 +90,7 @@ class Batch:
         row = self._rows.pop(key, None)
         if row is not None:
             row.program.close()
+            self._release(row)
 
     @torch.inference_mode()
     def step(self) -> RoundReport:
@@ -132,11 +138,25 @@ class Batch:
             except StopIteration:
                 row.done = True
                 self._rows.pop(row.key, None)
+                self._release(row)
                 report.finished.append(row.key)
             except Exception as error:  # this row's own code: the others go on
                 row.done = True
                 self._rows.pop(row.key, None)
+                self._release(row)
                 report.failed[row.key] = error
+
+    def _pool(self, row: _Row, model, cache) -> None:
+        """Move a row's cache of `model` into that model's pool (once; a cache that cannot join stays)."""
+        pool = self._pools.setdefault(id(model), KVPool())
+        if pool.slot(cache) is None and pool.adopt(cache):
+            row.pooled.append((pool, cache))
+
+    @staticmethod
+    def _release(row: _Row) -> None:
+        for pool, cache in row.pooled:
+            pool.release(cache)
+        row.pooled.clear()
 
     def _finish(self, row: _Row, result: object) -> None:
         row.call, row.result = None, result
@@ -151,7 +171,7 @@ class Batch:
                 continue
             key = (id(step.model), id(step.draft_head), tuple(sorted(call.biases)))
             groups.setdefault(key, []).append(row)
-        report.draft_rows += self._together(groups.values(), _draft_together)
+        report.draft_rows += self._together(groups.values(), _draft_together, _draft_cache)
 
     def _steer(self, rows: Sequence[_Row]) -> None:
         groups: dict[int, list[_Row]] = {}
@@ -174,7 +194,7 @@ class Batch:
                 self._finish(row, execute_solo(call))
                 continue
             groups.setdefault(id(call.verifier), []).append(row)
-        report.verify_rows += self._together(groups.values(), _verify_together)
+        report.verify_rows += self._together(groups.values(), _verify_together, _verify_cache)
 
     def _runs_ragged(self, model) -> bool:
         """`batchable(model)`, remembered for the round (every row of a round holds its models)."""
@@ -183,13 +203,16 @@ class Batch:
             known = self._batchable[id(model)] = batchable(model)
         return known
 
-    def _together(self, groups, run_together) -> list[int]:
+    def _together(self, groups, run_together, cache_of) -> list[int]:
         """Each group's calls in chunks of at most max_rows token rows, a chunk's calls by `run_together`
-        (one alone as in a solo run); each row learns how many shared its forward. Returns the sizes of
-        the shared forwards."""
+        (one alone as in a solo run), their caches in the pool first (`cache_of(call)`: model, cache);
+        each row learns how many shared its forward. Returns the sizes of the shared forwards."""
         shared = []
         for group in groups:
             for chunk in _chunks(group, self.max_rows):
+                if len(chunk) > 1:
+                    for row in chunk:
+                        self._pool(row, *cache_of(row.call))
                 results = _alone(chunk[0].call) if len(chunk) == 1 else run_together([r.call for r in chunk])
                 for row, result in zip(chunk, results, strict=True):
                     row.shared = len(chunk)
@@ -221,6 +244,14 @@ def _chunks(rows: Sequence[_Row], max_rows: int) -> list[list[_Row]]:
     if current:
         chunks.append(current)
     return chunks
+
+
+def _draft_cache(call: DraftCall) -> tuple:
+    return call.step.model, call.step.cache
+
+
+def _verify_cache(call: VerifyCall) -> tuple:
+    return call.verifier, call.cache
 
 
 def _draft_together(calls: Sequence[DraftCall]) -> list[torch.Tensor]:

@@ -33,26 +33,47 @@ QUANTA = (4, 8, 16, 32)  # the row quanta `query_quantum` tries, cheapest first
 PROBE_KEYS = (2 * KEY_BUCKET, 10 * KEY_BUCKET)  # key lengths the probe tries
 
 
+class KeyList:
+    """The segments' keys (or values) as tensors [H_kv, N_s, D] (a segment's cache with its new keys
+    last): what `block_attention` reads. sd2.kv_pool.PooledKeys is the same for keys in a KV pool."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]):
+        self.tensors = list(tensors)
+        self.lengths = tuple(t.shape[1] for t in self.tensors)  # N_s
+        self.kv_heads = self.tensors[0].shape[0]
+
+    def entries(self, segments: tuple[int, ...], padded: int) -> torch.Tensor:
+        """The segments' keys zero-padded to P: [E, H_kv, P, D] (a view for one)."""
+        if len(segments) == 1:
+            return pad_keys(self.tensors[segments[0]], padded)[None]
+        return torch.stack([pad_keys(self.tensors[s], padded) for s in segments])
+
+    def segment(self, s: int) -> torch.Tensor:
+        """Segment s's keys: [1, H_kv, N_s, D]."""
+        return self.tensors[s][None]
+
+
 def block_attention(
     query: torch.Tensor,  # [H, M, D] the new tokens of every segment, in segment order
-    keys: Sequence[torch.Tensor],  # [H_kv, N_s, D] each: a segment's cache with its new keys last
-    values: Sequence[torch.Tensor],  # [H_kv, N_s, D] each
+    keys: KeyList | Sequence[torch.Tensor],  # each segment's keys (a list: [H_kv, N_s, D] each)
+    values: KeyList | Sequence[torch.Tensor],  # the same for values
     tokens: Sequence[int],  # T_s: each segment's new tokens (Σ = M)
     scaling: float,
     quantum: int,  # from `query_quantum`
 ) -> torch.Tensor:
     """Causal attention of each segment's new tokens over its own keys, in the module doc's layout.
     Returns [H, M, D]."""
+    keys, values = (t if hasattr(t, "entries") else KeyList(t) for t in (keys, values))
     heads, rows, dim = query.shape
-    kv_heads = keys[0].shape[0]
+    kv_heads = keys.kv_heads
     group = heads // kv_heads
-    shape = tuple((t, k.shape[1]) for t, k in zip(tokens, keys, strict=True))
+    shape = tuple(zip(tokens, keys.lengths, strict=True))
     grouped = query.reshape(kv_heads, group, rows, dim).transpose(1, 2).reshape(kv_heads, rows * group, dim)
     calls = _layout(shape, group, quantum, query.device, query.dtype)
     if len(calls) == 1 and len(calls[0].segments) == 1:  # one piece: its block as it is, zero rows appended
         call = calls[0]
         q = F.pad(grouped, (0, 0, 0, call.mask.shape[2] - rows * group))[None]  # [1, H_kv, R, D]
-        k, v = (_entries_keys(tensors, call) for tensors in (keys, values))  # [1, H_kv, P, D]
+        k, v = (t.entries(call.segments, call.padded_keys) for t in (keys, values))  # [1, H_kv, P, D]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=call.bias, scale=scaling)
         out = out[0, :, : rows * group]
     else:
@@ -62,8 +83,8 @@ def block_attention(
 
 def _calls_attention(
     grouped: torch.Tensor,  # [H_kv, M·G, D] token-major query rows
-    keys: Sequence[torch.Tensor],
-    values: Sequence[torch.Tensor],
+    keys: KeyList,
+    values: KeyList,
     calls: Sequence[_Call],
     scaling: float,
 ) -> torch.Tensor:
@@ -74,7 +95,7 @@ def _calls_attention(
     grouped = torch.cat([grouped, grouped.new_zeros(kv_heads, 1, dim)], dim=1)  # [H_kv, M·G + 1, D]
     for call in calls:
         q = grouped[:, call.rows].transpose(0, 1)  # [E, H_kv, R, D]
-        k, v = (_entries_keys(tensors, call) for tensors in (keys, values))  # [E, H_kv, P, D]
+        k, v = (t.entries(call.segments, call.padded_keys) for t in (keys, values))  # [E, H_kv, P, D]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=call.bias, scale=scaling)  # [E, H_kv, R, D]
         out[:, call.targets] = o.transpose(0, 1).reshape(kv_heads, -1, dim)[:, call.sources]
     return out
@@ -143,13 +164,6 @@ def _layout(
 def _block_rows(tokens: int, group: int, quantum: int) -> int:
     """Rows of an entry holding `tokens` tokens' G query rows: the next multiple of the quantum."""
     return -(-tokens * group // quantum) * quantum
-
-
-def _entries_keys(tensors: Sequence[torch.Tensor], call: _Call) -> torch.Tensor:
-    """The keys (or values) of a call's entries, zero-padded to P: [E, H_kv, P, D] (a view for one)."""
-    if len(call.segments) == 1:
-        return pad_keys(tensors[call.segments[0]], call.padded_keys)[None]
-    return torch.stack([pad_keys(tensors[s], call.padded_keys) for s in call.segments])
 
 
 def pad_keys(tensor: torch.Tensor, padded: int) -> torch.Tensor:

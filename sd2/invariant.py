@@ -221,19 +221,20 @@ def invariant_attention(
     Batches, long forwards and sliding windows go to SDPA (they never need invariance here).
     Returns [B, T, H, D] like transformers' attention functions.
     """
-    if isinstance(key, list):  # a ragged forward (sd2.ragged): each segment attends to its own cache
+    if hasattr(key, "bounds"):  # a ragged forward (sd2.ragged.RaggedKeys): each segment its own cache
         heads, dim = query.shape[1], query.shape[3]
-        kv_heads = key[0].shape[1]
+        kv_heads = key.segments.kv_heads
         quantum = query_quantum(kv_heads, heads // kv_heads, dim, query.dtype, query.device, MAX_ROWS)
         if quantum and not dropout:  # every segment in one block layout
             tokens = [last - first for first, last in key.bounds]
             scaling = scaling if scaling is not None else dim**-0.5
-            keys, values = [k[0] for k in key], [v[0] for v in value]
-            out = block_attention(query[0], keys, values, tokens, scaling, quantum)  # [H, M, D]
+            out = block_attention(query[0], key.segments, value.segments, tokens, scaling, quantum)  # [H, M, D]
             return out.transpose(0, 1).unsqueeze(0), None  # [1, M, H, D]
         segments = [
-            invariant_attention(module, query[:, :, first:last], k, v, None, dropout, scaling, **kwargs)[0]
-            for (first, last), k, v in zip(key.bounds, key, value, strict=True)
+            invariant_attention(
+                module, query[:, :, first:last], key.segment(r), value.segment(r), None, dropout, scaling, **kwargs
+            )[0]
+            for r, (first, last) in enumerate(key.bounds)
         ]
         return torch.cat(segments, dim=1), None  # [1, M, H, D]
     batch, heads, rows, dim = query.shape

@@ -12,7 +12,9 @@ Full-attention layers are `BucketedLayer`s: keys and values at the front of a ze
 place (transformers' `DynamicLayer` copies the whole cache into a new tensor on every update), and
 zeroed again where a crop drops them. So the buffer is zero past the cached length, and the invariant
 attention (sd2.invariant), which attends over keys zero-padded to a bucket, reads them padded as a view
-(`zero_padded`) instead of copying them on every call: the same values, so the same logits.
+(`zero_padded`) instead of copying them on every call: the same values, so the same logits. A batch may
+move a layer's buffers into a slot of a pool shared by several requests (sd2.kv_pool); the layer then
+writes through its slot and asks the pool to grow.
 
 Dims: B batch, H_kv key/value heads, N cached tokens, C buffer capacity, P padded keys, D head dim.
 """
@@ -35,6 +37,31 @@ _ZERO_TAILED: dict[int, int] = {}  # a live BucketedLayer buffer's storage addre
 class BucketedLayer(DynamicLayer):
     """A full-attention cache layer whose keys and values [B, H_kv, N, D] are views of the front of
     buffers [B, H_kv, C, D] that are zero past N (module docstring)."""
+
+    _buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [B, H_kv, C, D] each, once filled
+    _length = 0  # N
+    _pool = None  # the sd2.kv_pool.KVPool whose slot the buffers are views of, if any
+    _unbuffered: tuple = (None, None)  # keys and values as DynamicLayer sets them before any buffer
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """[B, H_kv, N, D]: a view of the buffer's front (made when read, so a length change is free)."""
+        return self._buffers[0][..., : self._length, :] if self._buffers is not None else self._unbuffered[0]
+
+    @keys.setter
+    def keys(self, keys: torch.Tensor | None) -> None:
+        self._unbuffered = (keys, self._unbuffered[1])
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self._buffers[1][..., : self._length, :] if self._buffers is not None else self._unbuffered[1]
+
+    @values.setter
+    def values(self, values: torch.Tensor | None) -> None:
+        self._unbuffered = (self._unbuffered[0], values)
+
+    def get_seq_length(self) -> int:
+        return self._length if self._buffers is not None else 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -78,34 +105,49 @@ class BucketedLayer(DynamicLayer):
 
     def _set_length(self, length: int) -> None:
         self._length = length
-        self.keys, self.values = (buffer[..., :length, :] for buffer in self._buffers)
 
     def _grow(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """New zeroed buffers of a capacity ≥ needed (at least double the old), the cached rows copied."""
+        """New zeroed buffers of a capacity ≥ needed (at least double the old), the cached rows copied;
+        a pooled layer's pool grows instead (and points the layer at its new slot)."""
         old = self._buffers[0].shape[-2] if self._buffers is not None else 0
-        capacity = max(-(-needed // CAPACITY_QUANTUM) * CAPACITY_QUANTUM, 2 * old)
+        capacity = max(capacity_for(needed), 2 * old)
+        if self._pool is not None:
+            self._pool.grow(capacity)
+            return
         grown = []
         for i, new in enumerate((key_states, value_states)):
-            buffer = new.new_zeros(*new.shape[:-2], capacity, new.shape[-1])  # [B, H_kv, C, D]
+            buffer = zero_tailed(new.new_zeros(*new.shape[:-2], capacity, new.shape[-1]))  # [B, H_kv, C, D]
             if self._buffers is not None:
                 buffer[..., : self._length, :] = self._buffers[i][..., : self._length, :]
-            address = buffer.untyped_storage().data_ptr()
-            _ZERO_TAILED[address] = capacity
-            weakref.finalize(buffer, _ZERO_TAILED.pop, address, None)
             grown.append(buffer)
         self._buffers = (grown[0], grown[1])
 
 
+def capacity_for(tokens: int) -> int:
+    """The buffer capacity that holds `tokens`: the next whole multiple of CAPACITY_QUANTUM."""
+    return max(-(-tokens // CAPACITY_QUANTUM), 1) * CAPACITY_QUANTUM
+
+
+def zero_tailed(buffer: torch.Tensor) -> torch.Tensor:
+    """Register a buffer [S, H_kv, C, D] that its owner keeps zero past each entry's cached length, so
+    `zero_padded` may read keys at the front of any of its entries padded as a view. Returns it."""
+    address = buffer.untyped_storage().data_ptr()
+    _ZERO_TAILED[address] = buffer.shape[-2]
+    weakref.finalize(buffer, _ZERO_TAILED.pop, address, None)
+    return buffer
+
+
 def zero_padded(tensor: torch.Tensor, padded: int) -> torch.Tensor | None:
-    """Keys (or values) [H_kv, N, D] that are the front of a BucketedLayer's buffer (batch entry 0) →
-    the first `padded` rows of that buffer [H_kv, P, D] as a view: the keys zero-padded to P (or cut to
-    P) without a copy. None when the tensor is not such a view or the buffer is shorter than P."""
+    """Keys (or values) [H_kv, N, D] that are the front of an entry of a zero-tailed buffer (a
+    BucketedLayer's, or a slot of a pool's: `zero_tailed`) → the first `padded` rows of that entry
+    [H_kv, P, D] as a view: the keys zero-padded to P (or cut to P) without a copy. None when the tensor
+    is not such a view or the buffer is shorter than P."""
     capacity = _ZERO_TAILED.get(tensor.untyped_storage().data_ptr())
     if (
         capacity is None
         or padded > capacity
         or tensor.dim() != 3
-        or tensor.storage_offset() != 0
+        or tensor.storage_offset() % (tensor.shape[0] * capacity * tensor.shape[-1]) != 0
         or tensor.stride() != (capacity * tensor.shape[-1], tensor.shape[-1], 1)
     ):
         return None

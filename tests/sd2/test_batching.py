@@ -123,8 +123,9 @@ def _trace(blocks):
     return [(b.kind, b.k, b.n_accepted, [t.token_id for t in b.drafts], b.extra.token_id) for b in blocks]
 
 
-def _run_batch(batch: Batch, cancel: dict | None = None, join: dict | None = None):
-    """Step the batch to its end; `join` {round: [(key, program)]}, `cancel` {round: [key]}."""
+def _run_batch(batch: Batch, cancel: dict | None = None, join: dict | None = None, pooled: list | None = None):
+    """Step the batch to its end; `join` {round: [(key, program)]}, `cancel` {round: [key]}; `pooled`
+    gets the number of caches in the batch's KV pools after each round."""
     blocks, rounds, sizes = {}, 0, []
     while len(batch) or (join and any(r >= rounds for r in join)):
         for key, program in (join or {}).get(rounds, []):
@@ -132,6 +133,8 @@ def _run_batch(batch: Batch, cancel: dict | None = None, join: dict | None = Non
         for key in (cancel or {}).get(rounds, []):
             batch.cancel(key)
         report = batch.step()
+        if pooled is not None:
+            pooled.append(sum(len(pool._slots) for pool in batch._pools.values()))
         sizes += report.verify_rows
         for key, block in report.blocks:
             blocks.setdefault(key, []).append(block)
@@ -168,7 +171,10 @@ def test_rows_join_and_leave_mid_run_and_a_cancelled_row_leaves_the_others_untou
         2: [(3, programs[3]), (4, programs[4])],
         5: [(5, programs[5]), (6, programs[6]), (7, programs[7])],
     }
-    blocks, _ = _run_batch(batch, cancel={4: [2]}, join=join)
+    pooled = []
+    blocks, _ = _run_batch(batch, cancel={4: [2]}, join=join, pooled=pooled)
+    assert max(pooled) >= 6  # verifier and drafter caches of the rows sharing forwards, in the KV pools
+    assert all(pool.capacity == 0 for pool in batch._pools.values())  # each left its pool with its row
     assert 0 < len(blocks[2]) < len(solo[2])  # cancelled mid-run
     assert _trace(blocks[2]) == _trace(solo[2][: len(blocks[2])])  # what it had was its own
     for i in (0, 1, 3, 4, 5, 6, 7):
