@@ -94,6 +94,12 @@ class BucketedLayer(DynamicLayer):
         self._set_length(end)
 
     def reset(self) -> None:
+        """Forget every key; a pooled layer zeroes its slot's front and leaves the pool (the slot stays
+        its cache's until the pool releases the cache)."""
+        if self._pool is not None:
+            for buffer in self._buffers:
+                buffer[..., : self._length, :] = 0
+            self._pool = None
         self._buffers, self._length = None, 0
         super().reset()
 

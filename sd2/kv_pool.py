@@ -146,7 +146,8 @@ class KVPool:
         self._owners += [None] * (slots - old_slots)
         for cache, slot in list(self._slots.items()):
             for i, layer in enumerate(cache.layers):
-                self._point(layer, i, slot)
+                if layer._pool is self:  # not a layer that left (BucketedLayer.reset)
+                    self._point(layer, i, slot)
 
     def _point(self, layer: BucketedLayer, index: int, slot: int) -> None:
         layer._pool = self
@@ -154,9 +155,12 @@ class KVPool:
 
 
 def shared_pool(caches: Sequence[DynamicCache]) -> KVPool | None:
-    """The pool every one of the caches is in, or None."""
+    """The pool every layer of every one of the caches is in, or None."""
     pool = getattr(caches[0].layers[0], "_pool", None) if caches and caches[0].layers else None
-    if pool is None or any(pool.slot(cache) is None for cache in caches):
+    if pool is None or any(
+        pool.slot(cache) is None or any(getattr(layer, "_pool", None) is not pool for layer in cache.layers)
+        for cache in caches
+    ):
         return None
     return pool
 

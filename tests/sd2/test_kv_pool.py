@@ -84,6 +84,23 @@ def test_a_cache_that_cannot_join_is_left_as_it_is(model):
 
 
 @torch.inference_mode()
+def test_a_reset_cache_leaves_its_slot_zero_and_the_pool_untouched(model):
+    caches = _filled(model, _prompts(2, seed=5))
+    pool = KVPool()
+    assert all(pool.adopt(cache) for cache in caches)
+    slot = pool.slot(caches[0])
+    caches[0].reset()
+    assert caches[0].get_seq_length() == 0 and caches[0].layers[0]._pool is None
+    assert not pool._keys[0][slot].any() and not pool._values[-1][slot].any()
+    assert shared_pool(caches) is None  # a forward over it takes the unpooled path
+    pool.grow(4 * CAPACITY_QUANTUM)  # a resize does not pull the reset layers back in
+    assert caches[0].layers[0]._pool is None and caches[1].layers[0]._pool is pool
+    plain = _filled(model, [[5, 6, 7]])[0]
+    cached_forward(model, [5, 6, 7], caches[0], last_only=True)  # it refills on buffers of its own
+    assert _same(caches[0], _snapshot(plain)) and caches[0].layers[0]._pool is None
+
+
+@torch.inference_mode()
 def test_pooled_ragged_and_solo_forwards_equal_unpooled_ones_bit_for_bit(model):
     prompts = _prompts(6, seed=1)
     plain, pooled = _filled(model, prompts), _filled(model, prompts)
