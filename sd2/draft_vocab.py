@@ -94,9 +94,11 @@ class ReducedHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., D] → logits [..., N]. Each row's logits do not depend on how many rows the call
-        holds (sd2.invariant's probed layout), so a batched drafter step equals its solo step."""
+        holds (sd2.invariant's probed layout), so a batched drafter step equals its solo step. Inside a
+        compiled draft step (sd2.draft_step), which never shares a forward, the stock product: the probe
+        cannot run while torch.compile traces."""
         rows = hidden.reshape(-1, hidden.shape[-1])  # [M, D]
-        if rows.shape[0] > MAX_ROWS:
+        if rows.shape[0] > MAX_ROWS or torch.compiler.is_compiling():
             return F.linear(hidden, self.weight)
         weight = self.weight
         layout = layout_for(tuple(weight.shape), weight.dtype, weight.device)

@@ -128,19 +128,23 @@ def test_one_compiled_step_serves_many_requests_and_grows_in_quanta(verifier, dr
         step.close()
 
 
-def test_the_compiled_step_traces_once_and_keeps_greedy_identity(verifier, drafters):
+@pytest.mark.parametrize("reduced", [False, True])
+def test_the_compiled_step_traces_once_and_keeps_greedy_identity(verifier, drafters, reduced):
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # reset() keeps the graph counts of earlier tests
     drafter, head = drafters["steered"]
-    step = CompiledDraftStep(drafter, None, compiler=traced)
+    # a reduced draft head probes its invariant layout on first use: never inside the compiled step
+    draft_head = reduced_head_for(drafter, DraftVocab(tuple(range(0, 320, 2)))) if reduced else None
+    step = CompiledDraftStep(drafter, draft_head, compiler=traced)
     try:
         config = DecodeConfig(k=4, max_new_tokens=24)
-        first = _run(verifier, drafter, head, config, PROMPT, step)
+        first = _run(verifier, drafter, head, config, PROMPT, step, draft_head)
         assert _ids(first) == _ids(verifier_decode(verifier, PROMPT, config, NO_STOP))
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         assert graphs == 1
         for prompt, k in [(OTHER_PROMPT, 2), (PROMPT, 8)]:  # new lengths, rollbacks, new biases
             config = DecodeConfig(k=k, max_new_tokens=24)
-            assert _ids(_run(verifier, drafter, head, config, prompt, step)) == _ids(
+            assert _ids(_run(verifier, drafter, head, config, prompt, step, draft_head)) == _ids(
                 verifier_decode(verifier, prompt, config, NO_STOP)
             )
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # no retrace
