@@ -12,7 +12,8 @@ Two kinds behind one interface (`DraftStep`), chosen by `--draft-step` / `$SD2_D
             CPU fuses it into generated C++ (no graphs there). Forwards of several tokens (the prompt, a
             block's 2-token first step) stay eager on the same cache. The default on CUDA. One is kept
             per drafter and reused by every request: a new cache or a new hook would make torch.compile
-            trace again. The first use compiles (seconds to tens of seconds).
+            trace again. The first use compiles (seconds to tens of seconds); the compiler's caches live
+            under SD2_HOME (`use_compile_cache`), so a restart, a container's included, reuses them.
 
 Both are exact: the drafter only proposes, and every draft is judged by the verifier's rule on the q the
 drafter computed (docs/math.md#acceptance-and-rejection-sampling), so the kernels that computed q never
@@ -22,8 +23,9 @@ change the output's law — only how often drafts are accepted, and how fast.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -33,9 +35,11 @@ from transformers import StaticCache
 from sd2.architecture import decoder_layers, mlp
 from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV
 from sd2.kv_cache import rollback_cache
+from sd2.paths import sd2_home
 from sd2.steering import steered
 
 CAPACITY_QUANTUM = 1024  # a static cache grows in whole multiples of this many tokens (each growth retraces)
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # where torch.compile's inductor keeps generated code and graphs
 
 
 class DraftStep(Protocol):
@@ -100,8 +104,29 @@ class EagerDraftStep:
 
 
 def reduce_overhead(step: Callable) -> Callable:
-    """How `CompiledDraftStep` compiles its one-token step (CUDA graphs on CUDA)."""
+    """How `CompiledDraftStep` compiles its one-token step (CUDA graphs on CUDA), its caches under
+    SD2_HOME."""
+    use_compile_cache()
     return torch.compile(step, mode="reduce-overhead", fullgraph=True, dynamic=False)
+
+
+def use_compile_cache(env: MutableMapping[str, str] | None = None) -> Path:
+    """Point torch.compile's caches (inductor's generated code and compiled graphs) at
+    SD2_HOME/compile-cache — inductor's default is the temp dir, which a container or a reboot loses —
+    unless $TORCHINDUCTOR_CACHE_DIR names another place (inductor itself writes its default there when
+    first imported, which counts as unset). Returns the directory."""
+    env = os.environ if env is None else env
+    if env.get(COMPILE_CACHE_ENV) in (None, "", _inductor_default()):
+        env[COMPILE_CACHE_ENV] = str(sd2_home(env) / "compile-cache")
+    return Path(env[COMPILE_CACHE_ENV])
+
+
+def _inductor_default() -> str | None:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch layout: only an unset variable counts as unset
+        return None
+    return os.path.abspath(default_cache_dir())
 
 
 class CompiledDraftStep:

@@ -1,12 +1,22 @@
 """The drafter's step (sd2.draft_step): a static cache with a compiled one-token step drafts what the eager
 step drafts, rolls back across blocks and requests, traces once, and keeps decoding exact."""
 
+import os
+
 import pytest
 import torch
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 from sd2.config import DecodeConfig
 from sd2.decoding import SpeculativeDecoder, verifier_decode
-from sd2.draft_step import CAPACITY_QUANTUM, CompiledDraftStep, EagerDraftStep, resolve_draft_step
+from sd2.draft_step import (
+    CAPACITY_QUANTUM,
+    COMPILE_CACHE_ENV,
+    CompiledDraftStep,
+    EagerDraftStep,
+    reduce_overhead,
+    resolve_draft_step,
+)
 from sd2.draft_vocab import DraftVocab, reduced_head_for
 from sd2.engine import Engine
 from sd2.proposer import Proposer
@@ -190,6 +200,19 @@ def test_draft_step_choice(monkeypatch):
     assert resolve_draft_step(None, torch.device("cuda")) == "eager"
     with pytest.raises(ValueError, match="--draft-step must be one of auto, eager, compiled"):
         resolve_draft_step("cudagraph", torch.device("cpu"))
+
+
+def test_the_compiled_step_keeps_its_compile_cache_under_sd2_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SD2_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    reduce_overhead(lambda x: x + 1)  # torch.compile is lazy: this only wraps (no C++ compiler needed)
+    assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "home" / "compile-cache")
+    monkeypatch.setenv(COMPILE_CACHE_ENV, default_cache_dir())  # what importing inductor writes there
+    reduce_overhead(lambda x: x * 2)
+    assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "home" / "compile-cache")
+    monkeypatch.setenv(COMPILE_CACHE_ENV, str(tmp_path / "mine"))  # a place the user chose stays
+    reduce_overhead(lambda x: x - 1)
+    assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "mine")
 
 
 def test_an_engine_keeps_one_compiled_step_per_drafter(tiny_pair_dir):
