@@ -39,7 +39,7 @@ from sd2.paths import sd2_home
 from sd2.steering import steered
 
 CAPACITY_QUANTUM = 1024  # a static cache grows in whole multiples of this many tokens (each growth retraces)
-COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # where torch.compile's inductor keeps generated code and graphs
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # where torch.compile's inductor keeps code and graphs
 
 
 class DraftStep(Protocol):

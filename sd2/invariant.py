@@ -228,11 +228,19 @@ def invariant_attention(
         if quantum and not dropout:  # every segment in one block layout
             tokens = [last - first for first, last in key.bounds]
             scaling = scaling if scaling is not None else dim**-0.5
-            out = block_attention(query[0], key.segments, value.segments, tokens, scaling, quantum)  # [H, M, D]
+            keys, values = key.segments, value.segments
+            out = block_attention(query[0], keys, values, tokens, scaling, quantum)  # [H, M, D]
             return out.transpose(0, 1).unsqueeze(0), None  # [1, M, H, D]
         segments = [
             invariant_attention(
-                module, query[:, :, first:last], key.segment(r), value.segment(r), None, dropout, scaling, **kwargs
+                module,
+                query[:, :, first:last],
+                key.segment(r),
+                value.segment(r),
+                None,
+                dropout,
+                scaling,
+                **kwargs,
             )[0]
             for r, (first, last) in enumerate(key.bounds)
         ]

@@ -123,7 +123,9 @@ def _trace(blocks):
     return [(b.kind, b.k, b.n_accepted, [t.token_id for t in b.drafts], b.extra.token_id) for b in blocks]
 
 
-def _run_batch(batch: Batch, cancel: dict | None = None, join: dict | None = None, pooled: list | None = None):
+def _run_batch(
+    batch: Batch, cancel: dict | None = None, join: dict | None = None, pooled: list | None = None
+):
     """Step the batch to its end; `join` {round: [(key, program)]}, `cancel` {round: [key]}; `pooled`
     gets the number of caches in the batch's KV pools after each round."""
     blocks, rounds, sizes = {}, 0, []

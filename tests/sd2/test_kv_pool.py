@@ -19,7 +19,9 @@ def model(request):
 
 def _prompts(n: int, seed: int = 0) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 320, (int(t),), generator=generator).tolist() for t in torch.randint(1, 80, (n,))]
+    return [
+        torch.randint(3, 320, (int(t),), generator=generator).tolist() for t in torch.randint(1, 80, (n,))
+    ]
 
 
 def _filled(model, prompts) -> list[DynamicCache]:
@@ -28,6 +30,10 @@ def _filled(model, prompts) -> list[DynamicCache]:
         caches.append(rollback_cache(model))
         cached_forward(model, prompt, caches[-1], last_only=True)
     return caches
+
+
+def _ragged(model, news, caches) -> list[torch.Tensor]:
+    return ragged_forward(model, [Segment(n, c) for n, c in zip(news, caches, strict=True)])[0]
 
 
 def _snapshot(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,7 +48,9 @@ def _same(cache: DynamicCache, snapshot) -> bool:
 
 
 def _zero_past_length(cache: DynamicCache) -> bool:
-    return all(not buffer[..., layer._length :, :].any() for layer in cache.layers for buffer in layer._buffers)
+    return all(
+        not buffer[..., layer._length :, :].any() for layer in cache.layers for buffer in layer._buffers
+    )
 
 
 @torch.inference_mode()
@@ -59,7 +67,10 @@ def test_adopted_caches_keep_their_keys_in_slots_that_grow_and_come_back_on_rele
         layer = cache.layers[0]
         assert layer._buffers[0].untyped_storage().data_ptr() == pool._keys[0].untyped_storage().data_ptr()
         padded = zero_padded(layer.keys[0], 64)  # a slot's keys read padded as a view
-        assert padded is not None and padded.untyped_storage().data_ptr() == pool._keys[0].untyped_storage().data_ptr()
+        assert (
+            padded is not None
+            and padded.untyped_storage().data_ptr() == pool._keys[0].untyped_storage().data_ptr()
+        )
     pool.release(caches[1])
     assert pool.slot(caches[1]) is None and caches[1].layers[0]._pool is None
     assert _same(caches[1], before[1]) and _zero_past_length(caches[1])
@@ -109,7 +120,7 @@ def test_pooled_ragged_and_solo_forwards_equal_unpooled_ones_bit_for_bit(model):
     generator = torch.Generator().manual_seed(3)
     for step in range(6):
         news = [torch.randint(3, 320, (1 + (i + step) % 5,), generator=generator).tolist() for i in range(6)]
-        outputs = [ragged_forward(model, [Segment(n, c) for n, c in zip(news, caches)])[0] for caches in (plain, pooled)]
+        outputs = [_ragged(model, news, caches) for caches in (plain, pooled)]
         assert all(torch.equal(a, b) for a, b in zip(*outputs, strict=True))
         for cache, rejected in zip(plain + pooled, [step % 3] * 12, strict=True):  # a rollback of 0–2 drafts
             crop_to(cache, cache.get_seq_length() - rejected)
@@ -127,14 +138,15 @@ def test_a_pooled_forward_past_the_capacity_grows_every_slot(model):
     assert all(pool.adopt(cache) for cache in pooled)
     assert pool.capacity == CAPACITY_QUANTUM
     news = [[9, 10, 11, 12], [13]]
-    outputs = [ragged_forward(model, [Segment(n, c) for n, c in zip(news, caches)])[0] for caches in (plain, pooled)]
+    outputs = [_ragged(model, news, caches) for caches in (plain, pooled)]
     assert all(torch.equal(a, b) for a, b in zip(*outputs, strict=True))
     assert pool.capacity == 2 * CAPACITY_QUANTUM
     for a, b in zip(plain, pooled, strict=True):
         assert _same(b, _snapshot(a)) and _zero_past_length(b)
     long = [3 + i % 300 for i in range(2 * CAPACITY_QUANTUM)]
-    one = [cached_forward(model, long, caches[1], last_only=True) for caches in (plain, pooled)]  # a solo grow
+    one = [cached_forward(model, long, caches[1], last_only=True) for caches in (plain, pooled)]  # solo grow
     assert torch.equal(*one)
-    assert pool.capacity == 4 * CAPACITY_QUANTUM and pooled[1].layers[0]._pool is pool  # doubled, as a layer's
+    assert pool.capacity == 4 * CAPACITY_QUANTUM  # doubled, as a layer's own buffer would
+    assert pooled[1].layers[0]._pool is pool
     for a, b in zip(plain, pooled, strict=True):
         assert _same(b, _snapshot(a)) and _zero_past_length(b)
