@@ -17,7 +17,6 @@ of a forward, E entries of an attention call, P padded keys.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -34,13 +33,17 @@ class KVPool:
     def __init__(self) -> None:
         self._keys: list[torch.Tensor] = []  # per layer [S, H_kv, C, D]
         self._values: list[torch.Tensor] = []
-        self._owners: list[weakref.ref | None] = []  # per slot: the cache in it (None: free)
-        self._slots: WeakIdKeyDictionary = WeakIdKeyDictionary()  # cache → its slot
+        self._slots: WeakIdKeyDictionary = WeakIdKeyDictionary()  # cache → its slot (a dead cache's is free)
 
     @property
     def capacity(self) -> int:
         """C: the tokens each slot holds."""
         return self._keys[0].shape[2] if self._keys else 0
+
+    @property
+    def size(self) -> int:
+        """S: the slots, free ones included."""
+        return self._keys[0].shape[0] if self._keys else 0
 
     def slot(self, cache: DynamicCache) -> int | None:
         """The cache's slot, None when it is not in this pool."""
@@ -72,14 +75,13 @@ class KVPool:
             return False
         slot = self._free_slot()
         needed = max(shape[2] for shape in shapes)
-        if slot >= len(self._owners) or needed > self.capacity:
-            self._resize(max(slot + 1, len(self._owners)), max(needed, self.capacity), layers)
+        if slot >= self.size or needed > self.capacity:
+            self._resize(max(slot + 1, self.size), max(needed, self.capacity), layers)
         for i, layer in enumerate(layers):
             for pool, own in zip((self._keys[i], self._values[i]), layer._buffers, strict=True):
                 pool[slot].zero_()
                 pool[slot, :, : own.shape[2]] = own[0]
             self._point(layer, i, slot)
-        self._owners[slot] = weakref.ref(cache)
         self._slots[cache] = slot
         return True
 
@@ -94,14 +96,13 @@ class KVPool:
                 size = capacity_for(layer._length)
                 layer._buffers = tuple(zero_tailed(buffer[:, :, :size].clone()) for buffer in layer._buffers)
                 layer._pool = None
-        self._owners[slot] = None
         if not self._slots:
-            self._keys, self._values, self._owners = [], [], []
+            self._keys, self._values = [], []
 
     def grow(self, capacity: int) -> None:
         """Every slot holds at least `capacity` tokens (BucketedLayer._grow of a pooled layer)."""
-        if capacity > self.capacity:
-            self._resize(len(self._owners), capacity_for(capacity), None)
+        if self._keys and capacity > self.capacity:
+            self._resize(self.size, capacity, None)
 
     def write(
         self,
@@ -119,16 +120,14 @@ class KVPool:
         return keys, values
 
     def _free_slot(self) -> int:
-        for slot, owner in enumerate(self._owners):
-            if owner is None or owner() is None:
-                return slot
-        return len(self._owners)
+        taken = set(self._slots.values())
+        return next(slot for slot in range(self.size + 1) if slot not in taken)
 
     def _resize(self, slots: int, capacity: int, layers: Sequence[BucketedLayer] | None) -> None:
         """New zeroed buffers of at least `slots` slots (doubling) and `capacity` tokens, the old ones
         copied in; every cache in the pool pointed at its slot of them. `layers`: a joining cache's, for
         the shapes of a pool that has none yet."""
-        old_slots, old_capacity = len(self._owners), self.capacity
+        old_slots, old_capacity = self.size, self.capacity
         slots = max(slots, 2 * old_slots) if slots > old_slots else old_slots
         capacity = capacity_for(capacity)
         templates = (
@@ -143,7 +142,6 @@ class KVPool:
                 if old_slots:
                     buffer[:old_slots, :, :old_capacity] = old
                 new.append(buffer)
-        self._owners += [None] * (slots - old_slots)
         for cache, slot in list(self._slots.items()):
             for i, layer in enumerate(cache.layers):
                 if layer._pool is self:  # not a layer that left (BucketedLayer.reset)
