@@ -5,7 +5,7 @@ from collections.abc import Mapping
 
 DTYPE_CHOICES = ("auto", "bf16", "fp32")  # resolved by sd2.devices.default_placement
 DTYPE_ENV = "SD2_DTYPE"
-DRAFT_STEP_CHOICES = ("auto", "eager", "compiled")  # resolved by sd2.draft_step.resolve_draft_step
+DRAFT_STEP_CHOICES = ("auto", "eager", "direct", "compiled")  # resolved by sd2.draft_step.resolve_draft_step
 DRAFT_STEP_ENV = "SD2_DRAFT_STEP"
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # a boolean variable's
 PACKED_WEIGHTS_ENV = "SD2_PACKED_WEIGHTS"  # 0/false/off: no packed copy of the weights (sd2.invariant)

@@ -35,7 +35,8 @@ def add_draft_step_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=DRAFT_STEP_CHOICES,
         help=f"the drafter's step (default: ${DRAFT_STEP_ENV}, else auto = compiled on CUDA: a static cache "
-        "and CUDA graphs through torch.compile; eager elsewhere)",
+        "and CUDA graphs through torch.compile; direct elsewhere: the eager step's logits without "
+        "transformers' call stack, for Llama-shaped drafters)",
     )
 
 

@@ -16,6 +16,7 @@ from sd2.batching import Batch
 from sd2.config import AUTO_MAX_K, DecodeConfig
 from sd2.decoding import Decoder, Program, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
+from sd2.direct_step import supports_direct_step
 from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.errors import InvalidValue
@@ -145,8 +146,8 @@ class Engine:
         draft_step: str = "eager",
     ):
         """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
-        speculative output to equal the verifier's own bit for bit. `draft_step`: "eager" or "compiled"
-        (sd2.draft_step), how drafters run. Drafters pack their weights where the verifier does."""
+        speculative output to equal the verifier's own bit for bit. `draft_step`: "eager", "direct" or
+        "compiled" (sd2.draft_step), how drafters run. Drafters pack their weights where the verifier does."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
         self.draft_step_kind = draft_step
         self._compiled_steps: dict[
@@ -182,7 +183,8 @@ class Engine:
         exactness needs (sd2.invariant); False keeps transformers' kernels (faster, not exact).
         `draft_vocab` (the default) drafts over each drafter's reduced vocabulary when it ships one.
         `home` holds the converted embedded verifier (default `sd2.paths.sd2_home()`).
-        `draft_step` is auto, eager, compiled (None: $SD2_DRAFT_STEP, else auto = compiled on CUDA).
+        `draft_step` is auto, eager, direct, compiled (None: $SD2_DRAFT_STEP, else auto = compiled on CUDA,
+        direct elsewhere).
         `packed_weights` (None: $SD2_PACKED_WEIGHTS, else on) lets the invariant kernels keep a packed
         copy of each weight for oneDNN where it has one (bf16 CPUs): faster, and as much memory again as
         the weights (≈ 300 MB for the embedded verifier); off uses the padded layouts.
@@ -352,7 +354,10 @@ class Engine:
         drafter = drafter or self.drafters.get(method)
         if drafter is None:
             raise UnknownMethodError(method, self.methods())
-        return Proposer(drafter.model, drafter.head, drafter.draft_head, self._draft_step(method, drafter))
+        direct = self.draft_step_kind == "direct" and supports_direct_step(drafter.model)
+        return Proposer(
+            drafter.model, drafter.head, drafter.draft_head, self._draft_step(method, drafter), direct
+        )
 
     def generate_batch(
         self, requests: Sequence[GenerateRequest | PreparedRequest], max_rows: int = MAX_ROWS
@@ -414,9 +419,9 @@ class Engine:
         return self._compiled_steps[method]
 
     def _on_engine_kernels(self, drafter: Drafter) -> Drafter:
-        """The drafter on batch-invariant kernels where the verifier is and its steps are eager (compiled
-        steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
-        if self.draft_step_kind == "eager" and is_batch_invariant(self.verifier):
+        """The drafter on batch-invariant kernels where the verifier is and its steps are eager or direct
+        (compiled steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
+        if self.draft_step_kind != "compiled" and is_batch_invariant(self.verifier):
             make_batch_invariant(drafter.model, packed=self.packed_weights)
         return drafter
 

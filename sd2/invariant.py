@@ -165,14 +165,17 @@ def layout_for(shape: tuple[int, int], dtype: torch.dtype, device: torch.device,
     """The cheapest layout in which row i of an M-row product equals the 1-row product, M ≤ PROBE_ROWS.
 
     Kernels are chosen by shape, not data, so probe rows reveal a row-count dependence, provided a
-    different summation order shows in the rounded result (see `_probe`). ROWS when no faster layout
+    different summation order shows in the rounded result (see `cancelling_probe`). ROWS when no faster layout
     is invariant. `packed` False leaves PACKED out (it keeps a second copy of the weight).
     """
     generator = torch.Generator().manual_seed(0)
     with_packed = packed and packed_available(dtype, device)
     candidates = (PACKED, PACKED_PAD, STOCK, PAD, COLUMNS) if with_packed else (STOCK, PAD, COLUMNS)
     for layout in candidates:
-        if all(_invariant_in(layout, *_probe(shape, generator, dtype, device)) for _ in range(PROBE_DRAWS)):
+        if all(
+            _invariant_in(layout, *cancelling_probe(shape, generator, dtype, device))
+            for _ in range(PROBE_DRAWS)
+        ):
             return layout
     return ROWS
 
@@ -180,7 +183,7 @@ def layout_for(shape: tuple[int, int], dtype: torch.dtype, device: torch.device,
 PROBE_DRAWS = 3
 
 
-def _probe(
+def cancelling_probe(
     shape: tuple[int, int], generator: torch.Generator, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A weight [out, in] and rows [PROBE_ROWS, in] whose exact products are 0: each column of
@@ -378,17 +381,23 @@ def make_batch_invariant(model: nn.Module, packed: bool = True) -> nn.Module:
     `packed` False never uses the PACKED layout (no second copy of the weights, slower in bf16)."""
     _register()
     for module in model.modules():
-        if type(module) is not nn.Linear:
-            continue
-        weight = module.weight
-        layout = layout_for(tuple(weight.shape), weight.dtype, weight.device, packed)
-        if layout != STOCK:
-            module.__class__ = RowInvariantLinear
-            module.layout = layout
-        if is_packed(layout):
-            packed_weight(module)  # packed now, not in the first decode
+        if type(module) is nn.Linear:
+            make_linear_invariant(module, packed)
     model.set_attn_implementation(INVARIANT_ATTENTION)
     return model
+
+
+def make_linear_invariant(linear: nn.Linear, packed: bool = True) -> nn.Linear:
+    """One `nn.Linear` as a RowInvariantLinear in its probed layout, in place (unchanged where the stock
+    kernel is invariant already); a packed weight is packed now, not in the first decode."""
+    weight = linear.weight
+    layout = layout_for(tuple(weight.shape), weight.dtype, weight.device, packed)
+    if layout != STOCK:
+        linear.__class__ = RowInvariantLinear
+        linear.layout = layout
+    if is_packed(layout):
+        packed_weight(linear)
+    return linear
 
 
 def uses_packed_weights(model: nn.Module) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from torch import nn
 
 from sd2.config import AUTO_MAX_K
+from sd2.direct_step import DirectDraftStep
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs
 from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.draft_vocab import ReducedHead
@@ -33,17 +34,22 @@ class Proposer:
     head: SteeringHead | None = None
     draft_head: ReducedHead | None = None
     kept_step: DraftStep | None = None
+    direct: bool = False  # per-request steps are direct ones (sd2.direct_step) rather than eager
 
     @property
     def steered(self) -> bool:
         return self.head is not None
 
     def new_step(self) -> DraftStep:
-        """The step one request drafts with (sd2.draft_step): the kept one, or a fresh eager one."""
-        return self.kept_step or EagerDraftStep(self.model, self.draft_head)
+        """The step one request drafts with (sd2.draft_step): the kept one, or a fresh eager (or direct)
+        one."""
+        if self.kept_step is not None:
+            return self.kept_step
+        return (DirectDraftStep if self.direct else EagerDraftStep)(self.model, self.draft_head)
 
     def eager(self) -> Proposer:
-        """The same drafter with an eager step per request (what a batch needs: sd2.batching)."""
+        """The same drafter with a step of its own per request, eager or direct (what a batch needs:
+        sd2.batching drives their caches)."""
         return replace(self, kept_step=None)
 
     def unsteered(self) -> Proposer:

@@ -146,10 +146,15 @@ def _add_bias(bias: torch.Tensor) -> Callable:
     """
 
     def hook(_module: nn.Module, _inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-        rows = bias[-output.shape[1] :] if bias.dim() == 2 else bias  # [F], [B, T, F] (training)
-        return output + rows.to(output.dtype)  # the drafter keeps its dtype whatever the head's
+        return biased(output, bias)
 
     return hook
+
+
+def biased(output: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """up_proj's output [B, T, F] plus a bias [F], [T_max, F] (its last T rows) or [B, T, F]."""
+    rows = bias[-output.shape[1] :] if bias.dim() == 2 else bias
+    return output + rows.to(output.dtype)  # the drafter keeps its dtype whatever the head's
 
 
 @contextmanager

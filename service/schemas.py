@@ -421,9 +421,9 @@ class HealthOut(BaseModel):
     batch_invariant: bool = Field(
         description="whether the verifier runs on length-invariant kernels (exact speculative output)"
     )
-    draft_step: Literal["eager", "compiled"] = Field(
-        description="how drafters run: eager kernels, or a static cache and a compiled step (CUDA graphs "
-        "on CUDA; --draft-step)"
+    draft_step: Literal["eager", "direct", "compiled"] = Field(
+        description="how drafters run: eager kernels, the eager step's kernels called directly (the CPU "
+        "default), or a static cache and a compiled step (CUDA graphs on CUDA; --draft-step)"
     )
     packed_weights: bool = Field(
         description="whether the verifier keeps packed copies of its weights for oneDNN's bf16 kernels "

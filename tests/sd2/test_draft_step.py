@@ -193,12 +193,13 @@ def test_a_sliding_window_drafter_is_refused_naming_the_flag():
 
 def test_draft_step_choice(monkeypatch):
     monkeypatch.delenv("SD2_DRAFT_STEP", raising=False)
-    assert resolve_draft_step(None, torch.device("cpu")) == "eager"
+    assert resolve_draft_step(None, torch.device("cpu")) == "direct"
     assert resolve_draft_step(None, torch.device("cuda")) == "compiled"
+    assert resolve_draft_step("eager", torch.device("cpu")) == "eager"
     assert resolve_draft_step("compiled", torch.device("cpu")) == "compiled"
     monkeypatch.setenv("SD2_DRAFT_STEP", "eager")
     assert resolve_draft_step(None, torch.device("cuda")) == "eager"
-    with pytest.raises(ValueError, match="--draft-step must be one of auto, eager, compiled"):
+    with pytest.raises(ValueError, match="--draft-step must be one of auto, eager, direct, compiled"):
         resolve_draft_step("cudagraph", torch.device("cpu"))
 
 

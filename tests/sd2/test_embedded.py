@@ -5,6 +5,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sd2.config import DecodeConfig
+from sd2.direct_step import DirectDraftStep
+from sd2.draft_step import EagerDraftStep
 from sd2.engine import Engine, GenerateRequest
 from sd2.models import Drafter
 from sd2.steering import new_head_for
@@ -85,3 +87,32 @@ def test_the_shipped_sd2_counterfactual_keeps_the_output_and_records_every_block
     gain = probed.metrics.steering_gain
     assert gain.n_blocks == len(drafted) and gain.won + gain.tied + gain.lost == gain.n_blocks
     assert plain.metrics.steering_gain is None and probed.metrics.counterfactual_ms > 0
+
+
+def test_the_direct_step_of_every_shipped_drafter_computes_the_eager_logits(engine):
+    """The CPU default step (sd2.direct_step) on the real drafters, steered by their own heads' shapes:
+    each call's logits equal the eager step's bit for bit."""
+    assert engine.draft_step_kind == "direct"
+    prompt = engine.tokenizer("The quick brown fox jumps over the lazy dog.")["input_ids"]
+    for drafter in engine.loaded_drafters():
+        generator = torch.Generator().manual_seed(0)
+        biases = {
+            layer: torch.randn(2, mlp.up_proj.out_features, generator=generator).to(drafter.model.dtype)
+            for layer, mlp in enumerate(layer.mlp for layer in drafter.model.get_decoder().layers)
+        }
+        steps = [
+            EagerDraftStep(drafter.model, drafter.draft_head),
+            DirectDraftStep(drafter.model, drafter.draft_head),
+        ]
+        calls = []
+        with torch.inference_mode():
+            for step in steps:
+                step.start(prompt, room=32)
+                logits = []
+                for block in range(3):
+                    with step.steering(biases if block else {}):
+                        logits.append(step.logits(prompt[block : block + 2]))
+                        logits += [step.logits([token]) for token in prompt[block + 2 : block + 5]]
+                    step.crop_to(len(prompt) + block + 1)
+                calls.append(logits)
+        assert all(torch.equal(a, b) for a, b in zip(*calls, strict=True)), drafter.name
