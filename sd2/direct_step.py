@@ -66,20 +66,18 @@ class DirectDraftStep(EagerDraftStep):
 
     @contextmanager
     def steering(self, biases: Mapping[int, torch.Tensor]) -> Iterator[None]:
-        """Hooks for the eager forwards (2 tokens), the same biases for the direct ones."""
-        if not biases:
-            yield
-            return
+        """The biases for the steps inside; an eager forward (2 tokens) gets them through sd2.steering's
+        hooks, registered for that forward only."""
         self._biases = dict(biases)
         try:
-            with steered(self.model, self._biases):
-                yield
+            yield
         finally:
             self._biases = {}
 
     def logits(self, inputs) -> torch.Tensor:
         if len(inputs) != 1:
-            return super().logits(inputs)
+            with steered(self.model, self._biases):
+                return super().logits(inputs)
         decoder = self._decoder
         ids = torch.tensor([list(inputs)], device=decoder.embed_tokens.weight.device)  # [1, 1]
         position = torch.tensor([[self.cache.get_seq_length()]], device=ids.device)  # [1, 1]
