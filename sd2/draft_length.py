@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -151,9 +151,10 @@ def _median_ms(run: Callable[[], object], repeats: int, device: torch.device) ->
     return statistics.median(times)
 
 
-def _forward_ms(model: nn.Module, context: int, width: int, repeats: int) -> float:
-    """Median time of a cached forward of `width` tokens after `context` tokens, with the logits of
-    every position, as a verify computes them."""
+def _forward_step(model: nn.Module, context: int, width: int) -> Callable[[], None]:
+    """A cached forward of `width` tokens after `context` tokens, with the logits of every position as a
+    verify computes them, rolled back after each call (called once here: first calls of a shape are
+    slower)."""
     device = model.get_input_embeddings().weight.device
     cache = rollback_cache(model)
     ids = torch.arange(context + width, device=device)[None] % model.config.vocab_size  # [1, C + W]
@@ -163,8 +164,8 @@ def _forward_ms(model: nn.Module, context: int, width: int, repeats: int) -> flo
         model(input_ids=ids[:, context:], cache=cache, use_cache=True, logits_to_keep=0)
         cache.crop(-width)
 
-    step()  # warm-up: first calls of a shape are slower
-    return _median_ms(step, repeats, device)
+    step()
+    return step
 
 
 @dataclass(frozen=True)
@@ -176,16 +177,35 @@ class VerifyCosts:
 
 
 @torch.inference_mode()
-def measure_verify_costs(verifier: nn.Module, max_k: int, context: int = 64, repeats: int = 3) -> VerifyCosts:
+def measure_verify_costs(verifier: nn.Module, max_k: int, context: int = 64, repeats: int = 5) -> VerifyCosts:
     """Time the verifier's cached forwards of 1..max_k+1 tokens as it will run (its batch-invariant
-    kernels included). r is a running maximum over k, so timing noise never makes a longer verify look
-    cheaper than a shorter one."""
-    step_ms = _forward_ms(verifier, context, 1, repeats)
-    ratios, worst = [1.0], 1.0
-    for k in range(1, max_k + 1):
-        worst = max(worst, _forward_ms(verifier, context, k + 1, repeats) / step_ms)
-        ratios.append(worst)
-    return VerifyCosts(step_ms, tuple(ratios))
+    kernels included), the widths taking turns in each of `repeats` rounds, each width's median kept. r is
+    the non-decreasing fit of the measured ratios (`monotone_fit`), so timing noise never makes a longer
+    verify look cheaper than a shorter one — and one slow measurement does not raise every longer k to
+    its height, as a running maximum did (on a busy machine that could pin k = auto to 1 for a run)."""
+    device = verifier.get_input_embeddings().weight.device
+    steps = [_forward_step(verifier, context, width) for width in range(1, max_k + 2)]
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeats):  # every width once per round: a load that comes and goes slows all alike
+        for width_times, step in zip(times, steps, strict=True):
+            width_times.append(_median_ms(step, 1, device))
+    step_ms, *longer = (statistics.median(width_times) for width_times in times)
+    measured = [ms / step_ms for ms in longer]
+    return VerifyCosts(step_ms, (1.0, *(max(1.0, r) for r in monotone_fit(measured))))
+
+
+def monotone_fit(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence nearest to `values` in least squares (pool adjacent violators: a run
+    that decreases is replaced by its mean)."""
+    blocks: list[list[float]] = []  # [mean, count] of each pooled run, means non-decreasing
+    for value in values:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, count = blocks.pop()
+            previous = blocks[-1]
+            previous[0] = (previous[0] * previous[1] + mean * count) / (previous[1] + count)
+            previous[1] += count
+    return [mean for mean, count in blocks for _ in range(int(count))]
 
 
 @torch.inference_mode()

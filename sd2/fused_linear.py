@@ -14,6 +14,7 @@ Dims: M rows, K in, O_i the parts' out, O = Σ O_i.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -49,7 +50,23 @@ class FusedLinears:
 
 def fused(linears: Sequence[nn.Linear]) -> FusedLinears | None:
     """The linears as one product where that keeps every output bit for bit (each a packed, bias-free
-    invariant linear, of one input width, whose stacked product the probe finds equal); else None."""
+    invariant linear, of one input width, whose stacked product the probe finds equal); else None. The
+    same linears get the same FusedLinears (kept beside the first one while it lives), so a step made
+    per request does not pack their stacked weight again."""
+    kept = _FUSED.get(linears[0], {})
+    key = tuple((id(linear), type(linear), getattr(linear, "layout", None)) for linear in linears)
+    if key not in kept:
+        kept[key] = _fused(linears)
+        _FUSED[linears[0]] = kept
+    return kept[key]
+
+
+_FUSED: weakref.WeakKeyDictionary = (
+    weakref.WeakKeyDictionary()
+)  # first linear → {(id, kernel) of all: result}
+
+
+def _fused(linears: Sequence[nn.Linear]) -> FusedLinears | None:
     first = linears[0].weight
     if (
         not all(

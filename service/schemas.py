@@ -571,6 +571,7 @@ class BenchmarkIn(BaseModel):
     forward_times: list[dict] = Field(default_factory=list, max_length=100)
     cells: list[BenchCellIn] = Field(min_length=1, max_length=10_000)
     best_k: list[dict] = Field(default_factory=list, max_length=1_000)
+    cost_profiles: dict[str, dict] = Field(default_factory=dict)  # schema ≥ 7: what k = auto weighed
     generations: list[dict] | None = None
     label: LabelText | None = None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sd2.bench.aggregate import CellSummary, aggregate, best_k
 from sd2.bench.forward import ForwardTimes, measure_forward_times
@@ -38,6 +38,7 @@ class BenchResult:
     forward_times: dict[str, ForwardTimes]
     summaries: list[CellSummary]
     best_k: list[dict]
+    cost_profiles: dict[str, dict] = field(default_factory=dict)  # method → the profile k = auto used
 
 
 trim_memory = release_freed_memory  # see sd2.memory: a parsed corpus leaves a heap that slows torch
@@ -160,4 +161,7 @@ def run_bench(
             measurements += run_prompt_set(engine, plan, prompt_set, temperature, runners, warmup)
         forwards[prompt_set.name] = forward_times(engine, plan, prompt_set)
     summaries = aggregate(plan.cells(), measurements, forwards)
-    return BenchResult(plan, list(prompt_sets), measurements, forwards, summaries, best_k(summaries))
+    profiles = {method: engine.cost_profile(method).to_dict() for method in engine.measured_cost_profiles}
+    return BenchResult(
+        plan, list(prompt_sets), measurements, forwards, summaries, best_k(summaries), profiles
+    )

@@ -5,13 +5,14 @@ Schema `sd2.bench` version 6 (bump SCHEMA_VERSION on any change of keys or meani
     prompt_sets[{name, source, demo, n_prompts, n_available, n_too_long, sha256}], conventions{…},
     forward_times[{prompt_set, verifier_ms{"tokens": ms}, drafter_ms{name: ms}}],
     cells[CellSummary fields; tokens_per_s* as {median, low, high, n, relative}; steering_gain as
-    CellGain fields or null], best_k[…],
+    CellGain fields or null], best_k[…], cost_profiles{method: {draft_cost, verify_ratio[…]}} (what
+    k = auto weighed: sd2.draft_length.CostProfile),
     generations[one row per timed or warm-up generation, with its repeat and sample, its
     counterfactual_ms and counterfactual sums (CounterfactualSums fields or null)].
 Paths (prompt set sources, drafters, the command's arguments) are relative to the repository root when
 they lie inside it ("assets/prompts/chat.jsonl"), absolute otherwise (sd2.paths.repo_relative).
 Readers of older results: plan.counterfactual, cells' steering_gain and the generations' counterfactual
-keys are absent before version 6 (no counterfactuals were run).
+keys are absent before version 6 (no counterfactuals were run); cost_profiles before version 7.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from sd2.bench.harness import BenchResult
 from sd2.paths import inside_repo, repo_relative
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 6  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
+SCHEMA_VERSION = 7  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
 # 4: k may be "auto", cells' mean_k; 5: machine.cpu_model; 6: plan.counterfactual, cells' steering_gain,
-# generations' counterfactual_ms and counterfactual (wall_ms now excludes counterfactual_ms)
+# generations' counterfactual_ms and counterfactual (wall_ms now excludes counterfactual_ms);
+# 7: cost_profiles
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",
@@ -171,6 +173,7 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
         ],
         "cells": [_cell_dict(c) for c in result.summaries],
         "best_k": list(result.best_k),
+        "cost_profiles": dict(result.cost_profiles),
         "generations": [
             {
                 "method": m.method,

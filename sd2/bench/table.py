@@ -236,7 +236,20 @@ def markdown_report(data: dict) -> str:
         parts.append(profile_table(data["cells"]))
     parts.append("\n## Isolated forward times\n")
     parts.append(forward_table(data["forward_times"]))
+    if data.get("cost_profiles"):  # absent before schema version 7
+        parts.append("\n## What k = auto weighed (measured once per process)\n")
+        parts.append(cost_profile_table(data["cost_profiles"]))
     return "\n".join(parts)
+
+
+def cost_profile_table(profiles: dict[str, dict]) -> str:
+    """Each method's c and r(k) = T_v(k+1) / T_v(1), the costs k = auto chooses by (sd2.draft_length)."""
+    shown = 8
+    rows = [
+        [method, f"{p['draft_cost']:.3f}", *(f"{r:.2f}" for r in p["verify_ratio"][1 : shown + 1])]
+        for method, p in profiles.items()
+    ]
+    return _markdown(["Method", "c", *(f"r({k})" for k in range(1, shown + 1))], rows)
 
 
 def _kernels(models: dict) -> str:

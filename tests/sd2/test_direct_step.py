@@ -76,6 +76,7 @@ def test_the_direct_step_computes_the_eager_logits_bit_for_bit(dtype, invariant,
         assert isinstance(direct_step._qkv[0], FusedLinears) and isinstance(
             direct_step._gate_up[0], FusedLinears
         )
+        assert DirectDraftStep(drafter, head)._qkv[0] is direct_step._qkv[0]  # packed once, not per request
 
 
 def test_the_direct_step_drafts_the_eager_blocks_and_keeps_greedy_identity(verifier, drafters):

@@ -6,7 +6,7 @@ import pytest
 
 from sd2.config import AUTO_MAX_K, DecodeConfig, parse_k
 from sd2.decoding import SpeculativeDecoder, verifier_decode
-from sd2.draft_length import AcceptanceEstimate, CostProfile, DraftLength, measure_costs
+from sd2.draft_length import AcceptanceEstimate, CostProfile, DraftLength, measure_costs, monotone_fit
 from sd2.proposer import Proposer
 from sd2.trace import DraftStop
 
@@ -108,6 +108,19 @@ def test_the_acceptance_estimate_counts_judged_positions():
     estimate.update(n_accepted=1, k=4)  # one accepted, the second rejected: 2 judged
     estimate.update(n_accepted=0, k=0)  # a block without drafts judges nothing
     assert estimate.value == pytest.approx((1 + 4) / (2 + 5))
+
+
+def test_the_verify_fit_is_non_decreasing_and_one_slow_timing_does_not_pin_k_to_one():
+    assert monotone_fit([1.0, 1.2, 1.1, 1.3]) == pytest.approx([1.0, 1.15, 1.15, 1.3])
+    assert monotone_fit([3.0, 2.0, 1.0]) == pytest.approx([2.0, 2.0, 2.0])
+    assert monotone_fit([]) == [] and monotone_fit([1.0, 1.0, 2.0]) == [1.0, 1.0, 2.0]
+    measured = [1.03] * AUTO_MAX_K
+    measured[1] = 1.6  # one slow timing of a 3-token verify (a busy machine)
+    fitted = CostProfile(0.09, (1.0, *monotone_fit(measured)))
+    running_max = CostProfile(0.09, (1.0, 1.03, *[1.6] * (AUTO_MAX_K - 1)))
+    assert list(fitted.verify_ratio) == sorted(fitted.verify_ratio)
+    assert running_max.best_k(0.44) == 1  # what the running maximum did with it
+    assert fitted.best_k(0.44) == CostProfile(0.09, (1.0, *[1.03] * AUTO_MAX_K)).best_k(0.44) > 1
 
 
 def test_measured_costs_are_a_valid_profile(verifier, drafters):

@@ -51,7 +51,8 @@ def synthetic_result() -> BenchResult:
             )
     forwards = {s.name: ForwardTimes(s.name, {1: 60.0, 5: 90.0}, {"self": 60.0}) for s in sets}
     summaries = aggregate(plan.cells(), rows, forwards)
-    return BenchResult(plan, sets, rows, forwards, summaries, best_k(summaries))
+    profiles = {"self": {"draft_cost": 1.0, "verify_ratio": [1.0, 1.2, 1.5]}}  # what k = auto weighed
+    return BenchResult(plan, sets, rows, forwards, summaries, best_k(summaries), profiles)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ TOP_LEVEL = [
     "forward_times",
     "cells",
     "best_k",
+    "cost_profiles",
     "generations",
 ]
 CELL_KEYS = {
@@ -101,7 +102,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 6)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 7)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     models = {"verifier", "drafters", "device", "dtype", "batch_invariant", "packed_weights"}
@@ -117,6 +118,7 @@ def test_json_schema_is_stable(synthetic_result):
             assert isinstance(cell[key], kind), (key, cell[key])
         assert set(cell["tokens_per_s"]) == SPREAD_KEYS == set(cell["tokens_per_s_e2e"])
     assert set(data["best_k"][0]) == {"method", "temperature", "k", "speedup"}
+    assert data["cost_profiles"] == {"self": {"draft_cost": 1.0, "verify_ratio": [1.0, 1.2, 1.5]}}
 
 
 def test_table1_layout(synthetic_result):
@@ -141,6 +143,8 @@ def test_markdown_report_sections(synthetic_result):
         "## Best k on this machine",
         "## Isolated forward times",
         "T_v(5) = 90.0",
+        "## What k = auto weighed",
+        "| self | 1.000 | 1.20 | 1.50 |",
     ):
         assert needle in text
     assert "demo prompts" not in text
