@@ -12,7 +12,8 @@ solo rows still draft alike.
 
 Forwards of several tokens (the prompt, a block's 2-token first step) and drafters of another shape run
 eagerly: `supports_direct_step` says which drafters it takes (Llama-shaped decoders: no sliding window,
-SwiGLU MLP, no norms inside attention).
+SwiGLU MLP, no norms inside attention; and no forward hooks, which its direct calls would skip — an
+instrumented drafter runs eagerly).
 
 Dims: D hidden, H heads, H_kv key/value heads, Dh head dim, F MLP width, V vocabulary (N reduced).
 """
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from sd2.draft_step import EagerDraftStep
@@ -36,24 +38,42 @@ DIRECT_MODEL_TYPES = ("llama",)  # decoders whose layer is exactly the loop of `
 
 def supports_direct_step(drafter: nn.Module) -> bool:
     """Whether `DirectDraftStep` computes exactly what this drafter's own forward computes."""
+    return why_not_direct(drafter) is None
+
+
+def why_not_direct(drafter: nn.Module) -> str | None:
+    """Why the direct step would not compute what this drafter's own forward computes, or None."""
     config = drafter.config
     decoder = drafter.get_decoder()
-    return (
-        config.model_type in DIRECT_MODEL_TYPES
-        and getattr(config, "hidden_act", None) == "silu"
-        and not getattr(config, "sliding_window", None)
-        and config._attn_implementation in ALL_ATTENTION_FUNCTIONS
-        and len(decoder.layers) == config.num_hidden_layers
-        and hasattr(decoder, "rotary_emb")
-    )
+    if config.model_type not in DIRECT_MODEL_TYPES:
+        return f"its model type is {config.model_type!r}, not one of {', '.join(DIRECT_MODEL_TYPES)}"
+    if getattr(config, "hidden_act", None) != "silu" or getattr(config, "sliding_window", None):
+        return "it is not a SwiGLU decoder with full attention"
+    if config._attn_implementation not in ALL_ATTENTION_FUNCTIONS or not hasattr(decoder, "rotary_emb"):
+        return f"its attention ({config._attn_implementation!r}) is not a registered attention function"
+    if len(decoder.layers) != config.num_hidden_layers:
+        return "it runs fewer layers than it holds"
+    if _hooked(drafter):
+        return "a module of it has forward hooks (the direct step would skip them)"
+    return None
+
+
+def _hooked(model: nn.Module) -> bool:
+    """Forward hooks anywhere on the model, or global ones: calls the direct step would bypass."""
+    if module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks:
+        return True
+    return any(module._forward_hooks or module._forward_pre_hooks for module in model.modules())
 
 
 class DirectDraftStep(EagerDraftStep):
     """An eager step whose one-token forwards skip the model's call stack (module docstring)."""
 
     def __init__(self, drafter: nn.Module, draft_head: nn.Module | None = None):
-        if not supports_direct_step(drafter):
-            raise ValueError(f"the direct draft step does not support {drafter.config.model_type!r} drafters")
+        reason = why_not_direct(drafter)
+        if reason is not None:
+            raise ValueError(
+                f"the direct draft step cannot run this drafter: {reason}; use --draft-step eager"
+            )
         super().__init__(drafter, draft_head)
         self._decoder = drafter.get_decoder()
         self._attention: Callable = ALL_ATTENTION_FUNCTIONS[drafter.config._attn_implementation]

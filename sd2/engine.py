@@ -16,7 +16,6 @@ from sd2.batching import Batch
 from sd2.config import AUTO_MAX_K, DecodeConfig
 from sd2.decoding import Decoder, Program, SpeculativeDecoder, VerifierDecoder
 from sd2.devices import Placement, default_placement
-from sd2.direct_step import supports_direct_step
 from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.errors import InvalidValue
@@ -354,7 +353,7 @@ class Engine:
         drafter = drafter or self.drafters.get(method)
         if drafter is None:
             raise UnknownMethodError(method, self.methods())
-        direct = self.draft_step_kind == "direct" and supports_direct_step(drafter.model)
+        direct = self.draft_step_kind == "direct"
         return Proposer(
             drafter.model, drafter.head, drafter.draft_head, self._draft_step(method, drafter), direct
         )

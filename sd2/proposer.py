@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from torch import nn
 
 from sd2.config import AUTO_MAX_K
-from sd2.direct_step import DirectDraftStep
+from sd2.direct_step import DirectDraftStep, supports_direct_step
 from sd2.draft_length import CostProfile, VerifyCosts, measure_costs
 from sd2.draft_step import DraftStep, EagerDraftStep
 from sd2.draft_vocab import ReducedHead
@@ -34,7 +34,7 @@ class Proposer:
     head: SteeringHead | None = None
     draft_head: ReducedHead | None = None
     kept_step: DraftStep | None = None
-    direct: bool = False  # per-request steps are direct ones (sd2.direct_step) rather than eager
+    direct: bool = False  # per-request steps are direct ones (sd2.direct_step) where the model allows
 
     @property
     def steered(self) -> bool:
@@ -45,7 +45,8 @@ class Proposer:
         one."""
         if self.kept_step is not None:
             return self.kept_step
-        return (DirectDraftStep if self.direct else EagerDraftStep)(self.model, self.draft_head)
+        direct = self.direct and supports_direct_step(self.model)  # checked per request: hooks may come
+        return (DirectDraftStep if direct else EagerDraftStep)(self.model, self.draft_head)
 
     def eager(self) -> Proposer:
         """The same drafter with a step of its own per request, eager or direct (what a batch needs:

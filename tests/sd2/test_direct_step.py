@@ -139,7 +139,7 @@ def test_a_drafter_of_another_shape_runs_eagerly_and_the_step_names_why(tiny_pai
     mistral = tiny_mistral(sliding_window=8)
     assert not supports_direct_step(mistral)
     assert supports_direct_step(tiny_llama(hidden=32, layers=1, ffn=64))
-    with pytest.raises(ValueError, match="does not support 'mistral' drafters"):
+    with pytest.raises(ValueError, match=r"model type is 'mistral'.*--draft-step eager"):
         DirectDraftStep(mistral)
     verifier_dir, drafter_dir = tiny_pair_dir
     engine = Engine.load(str(verifier_dir), {"tiny": str(drafter_dir)}, device="cpu", draft_step="direct")
@@ -169,3 +169,19 @@ def test_direct_is_the_cpu_default_and_an_engine_decodes_exactly_with_it(tiny_pa
                 [GenerateRequest(prompt=prompt, method="tiny", decode=decode)] * 2
             )  # a batch's rows draft on the same step kind, and equal their solo runs
             assert [r.token_ids for r in batched] == [results[0]] * 2
+
+
+def test_a_drafter_with_forward_hooks_runs_eagerly_so_its_hooks_fire():
+    drafter = _drafter(torch.float32, invariant=True)
+    assert supports_direct_step(drafter)
+    calls = []
+    handle = drafter.model.layers[1].mlp.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        assert not supports_direct_step(drafter)
+        with pytest.raises(ValueError, match="forward hooks"):
+            DirectDraftStep(drafter)
+        decoder = SpeculativeDecoder(drafter, Proposer(drafter, direct=True), DecodeConfig(k=2), NO_STOP)
+        assert type(decoder.draft_step) is EagerDraftStep  # the Proposer falls back
+    finally:
+        handle.remove()
+    assert supports_direct_step(drafter)

@@ -22,7 +22,7 @@ def test_health_version_drafters(client):
         "methods": ["verifier", "self", "tiny"],
         "device": f"cpu/{'bf16' if cpu_has_native_bf16() else 'fp32'}",  # --dtype auto
         "batch_invariant": True,
-        "draft_step": "eager",  # --draft-step auto on a CPU
+        "draft_step": "direct",  # --draft-step auto on a CPU
         "packed_weights": packed_available(torch.bfloat16, torch.device("cpu")),  # bf16 where it can pack
         "database": True,
     }
