@@ -3,6 +3,7 @@
     python benchmarks/draft_steps.py                       # the shipped drafters of the embedded pair
     python benchmarks/draft_steps.py --kinds eager direct  # leave the compiled step out (its compile)
     python benchmarks/draft_steps.py --context 200 --steps 200 --rounds 7 > step.md
+    python benchmarks/draft_steps.py --drafter cut=PATH --only cut sd2 --kinds eager direct
 
 Each drafter gets a step of every kind on the same prompt of `--context` tokens; then, round after round,
 each kind times `--steps` steered one-token steps (each followed by a rollback, as a block ends), the
@@ -40,8 +41,13 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=200, help="prompt tokens before the timed steps")
     parser.add_argument("--steps", type=int, default=200, help="steps per kind and round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--drafter", action="append", default=[], metavar="NAME=PATH", help="also time this drafter folder"
+    )
+    parser.add_argument("--only", nargs="+", help="time only these drafters (default: all loaded)")
     args = parser.parse_args()
-    engine = Engine.load(draft_step="eager")  # the drafters on the invariant kernels, as eager and direct run
+    extra = dict(spec.split("=", 1) for spec in args.drafter)
+    engine = Engine.load(drafters=extra, draft_step="eager")  # invariant kernels, as eager and direct run
     prompt = [
         int(t) for t in torch.randint(3, 40000, (args.context,), generator=torch.Generator().manual_seed(0))
     ]
@@ -58,6 +64,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     verifier_ms = _verifier_ms(engine, prompt, args.steps // 4)
     for drafter in engine.loaded_drafters():
+        if args.only and drafter.name not in args.only:
+            continue
         steps = {kind: _step(kind, drafter) for kind in args.kinds}
         biases = {
             layer: 0.1 * torch.randn(2, mlp.up_proj.out_features).to(drafter.model.dtype)
