@@ -97,7 +97,10 @@ class UnsteeredTwin:
         """
         drafts, rule_q, shown_q = self._draft(tokens, n_pending, k, generator_state)  # [K], [K, V], [K, V]
         committed = verifier_cache.get_seq_length()
-        logits = cached_forward(self.verifier, [tokens[-1], *drafts[:-1]], verifier_cache, last_only=False)
+        # K + 1 tokens, as wide as the block's own verify though the last row is not needed: a verifier
+        # whose kernels depend on a forward's width (not batch-invariant) then still gives a draft the
+        # block shares with its counterfactual the very p it gave the block
+        logits = cached_forward(self.verifier, [tokens[-1], *drafts], verifier_cache, last_only=False)[:-1]
         crop_to(verifier_cache, committed)
         rule_p = warp_probs(logits, self.warp)  # [K, V]: row j judges draft j + 1
         shown_p = Picker(self.warp, None).trace_probs(logits, rule_p)

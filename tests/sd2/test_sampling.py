@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from sd2.sampling import Verdict, Warp, greedy_verdict, overlap, rejection_sample, residual, warp_probs
+from sd2.sampling import (
+    Verdict,
+    Warp,
+    greedy_verdict,
+    overlap,
+    rejection_sample,
+    residual,
+    sample,
+    warp_probs,
+)
 
 V = 8
 
@@ -100,6 +109,31 @@ def test_empirical_acceptance_matches_overlap():
         d = torch.multinomial(draft, 1, generator=generator)
         accepted += rejection_sample(d, draft[None], torch.stack([target, bonus]), generator).n_accepted
     assert abs(accepted / n - float(overlap(target, draft))) < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_sample_draws_each_id_with_its_share_of_the_weight():
+    """Inversion sampling against the law: unnormalised weights, zeros never drawn, and a tail of tiny
+    weights after the bulk (where float32 cumulative sums would lose them) still drawn at its rate."""
+    generator = torch.Generator().manual_seed(11)
+    weights = torch.cat([_random_dist(generator) * 3.0, torch.zeros(2), torch.full((4,), 0.05)])
+    weights[1] = 0.0
+    law = weights / weights.sum()
+    n = 40_000
+    counts = torch.bincount(torch.tensor([sample(weights, generator) for _ in range(n)]), minlength=14)
+    assert counts[1] == 0 and counts[V] == 0 and counts[V + 1] == 0
+    assert _tv(counts / n, law) < 3 * (len(law) / n) ** 0.5
+
+
+def test_sample_is_reproducible_and_refuses_a_row_without_mass():
+    probs = torch.softmax(torch.randn(49_152, generator=torch.Generator().manual_seed(0)), -1)
+    first = [sample(probs, torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert first[0] == first[1]
+    assert sample(torch.tensor([0.0, 0.0, 2.0, 0.0]), torch.Generator().manual_seed(0)) == 2
+    for row in (torch.zeros(4), torch.tensor([float("nan"), 1.0])):
+        with pytest.raises(ValueError, match="total weight"):
+            sample(row, torch.Generator().manual_seed(0))
 
 
 def test_greedy_verdict_accepts_matching_prefix_and_emits_argmax():
