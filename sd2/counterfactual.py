@@ -122,11 +122,13 @@ class UnsteeredTwin:
             logits = self.step.logits(inputs)  # [V] or [N]
             token, probs = picker.pick(logits)
             if self.draft_head is not None:
-                token, logits, probs = self.draft_head.to_vocabulary(token, logits, probs)
+                token = self.draft_head.vocabulary_id(token)
             drafts.append(token)
             logit_rows.append(logits)
             rule_rows.append(probs)
             inputs = [token]
         self.step.crop_to(len(tokens))
-        rule_q = torch.stack(rule_rows)  # [K, V]
-        return drafts, rule_q, picker.trace_probs(torch.stack(logit_rows), rule_q)
+        logits, rule_q = torch.stack(logit_rows), torch.stack(rule_rows)  # [K, V], or [K, N]
+        if self.draft_head is not None:
+            logits, rule_q = self.draft_head.to_vocabulary(logits, rule_q)
+        return drafts, rule_q, picker.trace_probs(logits, rule_q)

@@ -357,8 +357,8 @@ class SpeculativeDecoder:
             logits = yield DraftCall(self.draft_step, inputs, self.biases)  # [V], or [N] (reduced vocabulary)
             token, probs = self.picker.pick(logits)
             confident = threshold == 0 or float(self.picker.trace_probs(logits, probs)[token]) > threshold
-            if self.draft_head is not None:  # back to vocabulary ids, q = 0 for pruned tokens
-                token, logits, probs = self.draft_head.to_vocabulary(token, logits, probs)
+            if self.draft_head is not None:  # back to a vocabulary id (the rows: after the loop)
+                token = self.draft_head.vocabulary_id(token)
             tokens.append(token)
             logit_rows.append(logits)
             prob_rows.append(probs)
@@ -369,7 +369,10 @@ class SpeculativeDecoder:
             device = self.verifier.get_input_embeddings().weight.device
             empty = torch.empty(0, self.verifier.config.vocab_size, device=device)
             return torch.empty(0, dtype=torch.long), empty, empty
-        return torch.tensor(tokens), torch.stack(logit_rows), torch.stack(prob_rows)
+        logits, probs = torch.stack(logit_rows), torch.stack(prob_rows)  # [K, V], or [K, N]
+        if self.draft_head is not None:  # q = 0 for pruned tokens
+            logits, probs = self.draft_head.to_vocabulary(logits, probs)
+        return torch.tensor(tokens), logits, probs
 
     def _judge(self, draft_tokens, draft_probs, target_logits, target_probs) -> Verdict:
         if self.config.warp.greedy:  # one-hot rows: their argmax is the logits' (and cheaper than bf16's)

@@ -105,12 +105,15 @@ class ReducedHead(nn.Module):
         out = rows_product(rows, packed_weight(self) if is_packed(layout) else weight, None, layout)
         return out.reshape(*hidden.shape[:-1], weight.shape[0])
 
-    def to_vocabulary(
-        self, token: int, logits: torch.Tensor, probs: torch.Tensor
-    ) -> tuple[int, torch.Tensor, torch.Tensor]:
-        """A draft picked over the N kept tokens, back in the full vocabulary: its id, and its logits and
-        rule probabilities [N] → [V] (−inf and q = 0 at pruned tokens)."""
-        return int(self.token_ids[token]), self.expand(logits, float("-inf")), self.expand(probs, 0.0)
+    def vocabulary_id(self, index: int) -> int:
+        """The vocabulary id of the kept token at `index` (0..N−1)."""
+        return int(self.token_ids[index])
+
+    def to_vocabulary(self, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A block's draft rows over the N kept tokens back in the full vocabulary: logits and rule
+        probabilities [..., N] → [..., V] (−inf and q = 0 at pruned tokens). A draft loop expands its
+        rows once per block, not per step: two [V] rows a step cost more than a third of a pick."""
+        return self.expand(logits, float("-inf")), self.expand(probs, 0.0)
 
     def expand(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
         """rows [..., N] → [..., V] with `fill` at pruned tokens (−inf for logits, 0 for probs)."""

@@ -39,3 +39,18 @@ def test_the_reduced_head_computes_the_kept_rows_and_expands_with_a_fill():
     assert full.shape == (10,) and full[7] == 0.25 and full[2] == 0.75 and full.sum() == 1.0
     with pytest.raises(ValueError, match="vocab_size 10"):
         ReducedHead(weight, DraftVocab((3, 10)))
+
+
+def test_a_blocks_reduced_rows_go_back_to_the_vocabulary_at_once():
+    head = ReducedHead(torch.randn(10, 4), DraftVocab((7, 2, 5)))
+    assert [head.vocabulary_id(i) for i in range(3)] == [7, 2, 5]
+    logits = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])  # [K, N]
+    probs = torch.softmax(logits, -1)
+    full_logits, full_probs = head.to_vocabulary(logits, probs)  # [K, V] each
+    assert full_logits.shape == full_probs.shape == (2, 10)
+    assert torch.equal(full_logits[:, [7, 2, 5]], logits) and torch.equal(full_probs[:, [7, 2, 5]], probs)
+    pruned = [0, 1, 3, 4, 6, 8, 9]
+    assert torch.isneginf(full_logits[:, pruned]).all() and not full_probs[:, pruned].any()
+    for row in range(2):  # a row expanded alone is the same row
+        alone = head.to_vocabulary(logits[row], probs[row])
+        assert torch.equal(alone[0], full_logits[row]) and torch.equal(alone[1], full_probs[row])
