@@ -103,6 +103,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-prompts", type=int, default=None, help="prompts per set, 0 = all (default 10, quick 2)"
     )
     p.add_argument(
+        "--draft-threshold",
+        type=float,
+        default=None,
+        help="the confidence stop of our speculative cells: a block's draft ends after a draft whose "
+        f"drafter probability is ≤ this (default {DECODE_DEFAULTS.draft_threshold} = off; hf-assisted "
+        "keeps transformers' own schedule)",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -166,6 +174,7 @@ def build_plan(args: argparse.Namespace, drafter_names: list[str]) -> BenchPlan:
         "repeats": args.repeats,
         "samples": args.samples,
         "seed": args.seed,
+        "draft_threshold": args.draft_threshold,
     }
     plan = replace(plan, **{key: value for key, value in explicit.items() if value is not None})
     if args.max_prompts is not None:
@@ -231,7 +240,12 @@ def _run_batched(
         ks = plan.ks if method.speculative else (plan.context_k,)
         decodes = [
             DecodeConfig(
-                k=k, temperature=t, top_k=plan.top_k, top_p=plan.top_p, max_new_tokens=plan.max_new_tokens
+                k=k,
+                temperature=t,
+                top_k=plan.top_k,
+                top_p=plan.top_p,
+                max_new_tokens=plan.max_new_tokens,
+                draft_threshold=plan.draft_threshold,
             )
             for t in plan.temperatures
             for k in ks

@@ -63,6 +63,7 @@ def decode_config(
         top_p=plan.top_p,
         max_new_tokens=plan.max_new_tokens,
         seed=plan.generation_seed(prompt_index, sample),
+        draft_threshold=plan.draft_threshold,
     )
 
 

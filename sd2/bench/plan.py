@@ -82,6 +82,9 @@ class BenchPlan:
     # sampling filters, applied to every method identically (0 / 1.0 = off)
     top_k: int = DECODE_DEFAULTS.top_k
     top_p: float = DECODE_DEFAULTS.top_p
+    # the confidence stop of our speculative cells (sd2.draft_length; 0 = off): a block's draft ends
+    # after a draft whose drafter probability is ≤ this (hf-assisted keeps transformers' schedule)
+    draft_threshold: float = DECODE_DEFAULTS.draft_threshold
     quick: bool = False
     k_sweep: bool = False
 
@@ -96,6 +99,8 @@ class BenchPlan:
             raise ValueError(f"k must be a list of integers ≥ 1 or {AUTO_K!r}, got {list(self.ks)}")
         if not self.temperatures or min(self.temperatures) < 0:
             raise ValueError(f"temperatures must be ≥ 0, got {list(self.temperatures)}")
+        if not 0 <= self.draft_threshold <= 1:
+            raise ValueError(f"draft_threshold must be in [0, 1], got {self.draft_threshold}")
 
     def cells(self) -> list[Cell]:
         """Baselines once, each speculative method at every k, in the plan's method order."""

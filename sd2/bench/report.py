@@ -31,10 +31,10 @@ from sd2.bench.harness import BenchResult
 from sd2.paths import inside_repo, repo_relative
 
 SCHEMA = "sd2.bench"
-SCHEMA_VERSION = 7  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
+SCHEMA_VERSION = 8  # 2: cells gained time_profile; 3: plan.samples, cells' n_samples, generations' sample;
 # 4: k may be "auto", cells' mean_k; 5: machine.cpu_model; 6: plan.counterfactual, cells' steering_gain,
 # generations' counterfactual_ms and counterfactual (wall_ms now excludes counterfactual_ms);
-# 7: cost_profiles
+# 7: cost_profiles; 8: plan.draft_threshold
 CONVENTIONS = {
     "tokens_per_s": "decode: tokens after the first / (wall − time to first token); median over repetitions "
     "of Σ tokens / Σ time over the prompt set",

@@ -184,6 +184,12 @@ def _samples_note(plan: dict) -> str:
     return f", {samples} samples of each prompt at T > 0 ({seeds})"
 
 
+def _threshold_note(plan: dict) -> str:
+    """', draft threshold t' when the run's speculative cells had a confidence stop; '' otherwise."""
+    threshold = plan.get("draft_threshold", 0.0)  # absent before 2026-12-07: no confidence stop
+    return f", draft threshold {threshold}" if threshold else ""
+
+
 def markdown_report(data: dict) -> str:
     """The full Markdown report: provenance, Table 1 per temperature, details, best k, forward times."""
     sets = [s["name"] for s in data["prompt_sets"]]
@@ -200,7 +206,8 @@ def markdown_report(data: dict) -> str:
         f"drafters: {data['models']['drafters'] or 'none'}",
         f"- plan: {plan['max_new_tokens']} new tokens, {plan['repeats']} repetitions "
         f"(+{plan['warmup']} warm-up), k ∈ {plan['ks']}, T ∈ {plan['temperatures']}"
-        f"{_samples_note(plan)}{', counterfactuals' if plan.get('counterfactual') else ''}"
+        f"{_samples_note(plan)}{_threshold_note(plan)}"
+        f"{', counterfactuals' if plan.get('counterfactual') else ''}"
         f"{', quick' if plan['quick'] else ''}",
     ]
     for s in data["prompt_sets"]:

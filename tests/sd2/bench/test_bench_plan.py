@@ -5,6 +5,7 @@ import argparse
 import pytest
 
 from sd2.bench.command import add_arguments, build_plan
+from sd2.bench.harness import decode_config
 from sd2.bench.plan import K_SWEEP, K_SWEEP_QUICK, BenchPlan, resolve_methods
 from sd2.config import DECODE_DEFAULTS
 
@@ -50,6 +51,8 @@ def test_cells_run_baselines_once_and_speculative_methods_at_every_k():
         ("ks", (0,)),
         ("ks", ("eight",)),
         ("temperatures", (-1.0,)),
+        ("draft_threshold", -0.1),
+        ("draft_threshold", 1.5),
     ],
 )
 def test_plan_rejects_bad_values(field, value):
@@ -81,12 +84,20 @@ def test_plan_decode_settings_default_to_decode_defaults():
     """One source: a plan's k, temperature, length, seed and filters are DecodeConfig's defaults."""
     plan = build_plan(parse(), [])
     assert plan.ks == (DECODE_DEFAULTS.k,) and plan.temperatures == (DECODE_DEFAULTS.temperature,)
-    assert (plan.max_new_tokens, plan.seed, plan.top_k, plan.top_p) == (
+    assert (plan.max_new_tokens, plan.seed, plan.top_k, plan.top_p, plan.draft_threshold) == (
         DECODE_DEFAULTS.max_new_tokens,
         DECODE_DEFAULTS.seed,
         DECODE_DEFAULTS.top_k,
         DECODE_DEFAULTS.top_p,
+        DECODE_DEFAULTS.draft_threshold,
     )
+
+
+def test_a_draft_threshold_reaches_every_generation_of_the_plan():
+    plan = build_plan(parse("--draft-threshold", "0.3", "--temperatures", "0", "1"), [])
+    assert plan.draft_threshold == 0.3
+    cell = plan.cells()[0]
+    assert all(decode_config(plan, cell, t, 0, 0).draft_threshold == 0.3 for t in plan.temperatures)
 
 
 def test_k_auto_is_the_default_and_mixes_with_fixed_k():

@@ -79,6 +79,7 @@ GENERATION_KEYS = {
 }
 PLAN_KEYS = {
     "methods",
+    "draft_threshold",
     "ks",
     "temperatures",
     "max_new_tokens",
@@ -102,7 +103,7 @@ INFO = RunInfo(command="sd2 bench --quick", verifier="tiny", drafters={"d": "/tm
 def test_json_schema_is_stable(synthetic_result):
     data = json.loads(json.dumps(to_json(synthetic_result, INFO)))  # survives a JSON round trip
     assert list(data) == TOP_LEVEL
-    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 7)
+    assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 8)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
     models = {"verifier", "drafters", "device", "dtype", "batch_invariant", "packed_weights"}
@@ -157,6 +158,15 @@ def test_the_report_names_the_cpu_model_when_the_result_has_one(synthetic_result
     assert "2 CPUs (Example CPU 9000) (2 torch threads)" in markdown_report({**data, "machine": machine})
     del machine["cpu_model"]
     assert "2 CPUs (2 torch threads)" in markdown_report({**data, "machine": machine})
+
+
+def test_the_plan_line_names_a_draft_threshold_only_when_there_was_one(synthetic_result):
+    data = to_json(synthetic_result, INFO)
+    assert "draft threshold" not in markdown_report(data)
+    stopped = {**data, "plan": {**data["plan"], "draft_threshold": 0.3}}
+    assert ", draft threshold 0.3" in markdown_report(stopped)
+    older = {**data, "plan": {k: v for k, v in data["plan"].items() if k != "draft_threshold"}}
+    assert "draft threshold" not in markdown_report(older)
 
 
 def test_markdown_report_has_the_time_profile_of_our_cells(synthetic_result):
