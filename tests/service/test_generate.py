@@ -8,7 +8,8 @@ import sqlite3
 from service.schemas import BlockOut, GenerationOut
 from tests.service.conftest import PROMPT, count, db_path
 
-SAMPLED = {"temperature": 1.0, "seed": 3}  # the tiny random pair then rejects some drafts
+# the tiny random pair then rejects some drafts in 40 tokens (3 with sd2.sampling's inversion draws)
+SAMPLED = {"temperature": 1.0, "seed": 4}
 
 
 def test_generate_returns_design_json_and_stores_exactly_it(client, settings):
