@@ -224,7 +224,6 @@ def _run_batched(
     """`--batch`: sd2.bench.batched for the plan's methods of our loop, its sets, temperatures and k."""
     from sd2.bench.batched import batched_markdown, batched_record, describe, run_batched
     from sd2.bench.harness import fitting_prompts
-    from sd2.config import DecodeConfig
     from sd2.paths import repo_relative, sd2_home
 
     if min(args.batch) < 1:
@@ -238,18 +237,7 @@ def _run_batched(
     rows = []
     for method in methods:
         ks = plan.ks if method.speculative else (plan.context_k,)
-        decodes = [
-            DecodeConfig(
-                k=k,
-                temperature=t,
-                top_k=plan.top_k,
-                top_p=plan.top_p,
-                max_new_tokens=plan.max_new_tokens,
-                draft_threshold=plan.draft_threshold,
-            )
-            for t in plan.temperatures
-            for k in ks
-        ]
+        decodes = [plan.decode(k, t) for t in plan.temperatures for k in ks]
         rows += run_batched(
             engine,
             [method.name],

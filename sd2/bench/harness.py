@@ -56,15 +56,7 @@ def decode_config(
 ) -> DecodeConfig:
     """Same lengths, filters and seeds for every method; baselines get the largest k (unused by them)
     so the prompt-length check keeps the same prompts for everyone."""
-    return DecodeConfig(
-        k=cell.k or plan.context_k,
-        temperature=temperature,
-        top_k=plan.top_k,
-        top_p=plan.top_p,
-        max_new_tokens=plan.max_new_tokens,
-        seed=plan.generation_seed(prompt_index, sample),
-        draft_threshold=plan.draft_threshold,
-    )
+    return plan.decode(cell.k or plan.context_k, temperature, plan.generation_seed(prompt_index, sample))
 
 
 def fitting_prompts(engine: Engine, plan: BenchPlan, prompt_set: PromptSet) -> PromptSet:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sd2.config import AUTO_K, AUTO_MAX_K, DECODE_DEFAULTS
+from sd2.config import AUTO_K, AUTO_MAX_K, DECODE_DEFAULTS, DecodeConfig
 
 VERIFIER = "verifier"  # our verifier-only loop (Engine method "verifier"): the speed-up baseline
 HF_GENERATE = "hf-generate"  # transformers `generate` on the verifier alone: the plain user baseline
@@ -105,6 +105,21 @@ class BenchPlan:
     def cells(self) -> list[Cell]:
         """Baselines once, each speculative method at every k, in the plan's method order."""
         return [Cell(m, k) for m in self.methods for k in (self.ks if m.speculative else (None,))]
+
+    def decode(
+        self, k: int | str, temperature: float, seed: int | None = DECODE_DEFAULTS.seed
+    ) -> DecodeConfig:
+        """A generation's decode settings under this plan: its lengths, filters and confidence stop, at
+        draft length `k`, `temperature` and `seed` (the one place the plan's settings become a config)."""
+        return DecodeConfig(
+            k=k,
+            temperature=temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=seed,
+            draft_threshold=self.draft_threshold,
+        )
 
     def samples_at(self, temperature: float) -> int:
         """Samples per prompt at this temperature: one at T = 0 (greedy draws are all the same)."""
