@@ -17,6 +17,7 @@ from sd2.devices import Placement
 from sd2.draft_vocab import DraftVocab, ReducedHead, reduced_head_for
 from sd2.embedded import EMBEDDED_VERIFIER, embedded_verifier_path
 from sd2.steering import SteeringHead, has_steering_head
+from sd2.verifier_embeddings import attach_verifier_embeddings, loading_weights
 
 CARD_FILE = "sd2_card.json"  # provenance of a drafter checkpoint: recipe, data, steps, metrics
 # Card key of a steering-only checkpoint (a --freeze-drafter run): {"folder": path relative to the
@@ -36,6 +37,11 @@ def resolve_model_path(name_or_path: str | None, home: Path | None = None) -> st
     if name_or_path in (None, "", EMBEDDED_VERIFIER, f"embedded:{EMBEDDED_VERIFIER}"):
         return str(embedded_verifier_path(home))
     return name_or_path
+
+
+def verifier_label(name_or_path: str | None) -> str:
+    """How cards name a verifier: its hub id or folder as given, or the embedded one's name."""
+    return str(name_or_path) if name_or_path else f"{EMBEDDED_VERIFIER} (embedded)"
 
 
 def load_causal_lm(name_or_path: str, placement: Placement) -> nn.Module:
@@ -159,9 +165,13 @@ def load_drafter(
 ) -> Drafter:
     """Load a drafter folder (HF model + optional steering head + card) and check it fits the verifier.
     A steering-only folder takes its model weights from the folder its card names. With `draft_vocab`,
-    a `draft_vocab.json` in the folder (or in the one its weights come from) restricts its LM head."""
+    a `draft_vocab.json` in the folder (or in the one its weights come from) restricts its LM head. A
+    drafter whose card says it borrows the verifier's embeddings takes them from `verifier`."""
     weights = drafter_weights_folder(path)
-    model = load_causal_lm(weights, placement)
+    card = drafter_card(path)
+    with loading_weights(card):
+        model = load_causal_lm(weights, placement)
+    attach_verifier_embeddings(model, card, verifier, name)
     drafter_tokenizer = _optional_tokenizer(path)
     check_same_vocabulary(verifier, verifier_tokenizer, model, drafter_tokenizer, drafter_name=name)
     head = (
@@ -171,10 +181,14 @@ def load_drafter(
     )
     if head is not None:
         _check_head_fits(head, verifier, model, name)
-    card_path = Path(path) / CARD_FILE
-    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     vocab = drafter_vocab(path) if draft_vocab else None
     return Drafter(name, model, head, str(path), card, draft_head=reduced_head_for(model, vocab))
+
+
+def drafter_card(path: str | Path) -> dict:
+    """A drafter folder's card; {} for a hub id or a plain HF folder."""
+    card_path = Path(path) / CARD_FILE
+    return json.loads(card_path.read_text()) if card_path.is_file() else {}
 
 
 def drafter_vocab(path: str | Path) -> DraftVocab | None:

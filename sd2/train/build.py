@@ -14,12 +14,13 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from sd2.draft_vocab import DraftVocab
-from sd2.models import drafter_vocab, drafter_weights_folder, stop_token_ids
+from sd2.models import drafter_card, drafter_vocab, drafter_weights_folder, stop_token_ids
 from sd2.steering import SteeringHead, has_steering_head, new_head_for
 from sd2.train.checkpoint import verify_checkpoint
 from sd2.train.config import TrainConfig
 from sd2.train.init_drafter import DrafterShape, new_drafter
 from sd2.train.trainer import TrainCallback, TrainData, Trainer
+from sd2.verifier_embeddings import attach_verifier_embeddings, loading_weights
 
 
 class StartingPoint(NamedTuple):
@@ -81,16 +82,21 @@ def starting_point(
         drafter = new_drafter(verifier, shape, seed=config.seed)
         return StartingPoint(drafter, None, {"architecture": shape.__dict__})
     base_card = verify_checkpoint(base)
-    drafter = load_trainable_drafter(base)
+    drafter = load_trainable_drafter(base, verifier)
     head = SteeringHead.load(base).float() if config.objective == "sd2" and has_steering_head(base) else None
     card = {"initialised_from": str(base), "lineage": lineage(base_card)}
     return StartingPoint(drafter, head, card, drafter_vocab(base))
 
 
-def load_trainable_drafter(path) -> torch.nn.Module:
+def load_trainable_drafter(path, verifier: nn.Module | None = None) -> torch.nn.Module:
     """fp32 master weights whatever the checkpoint stores (shipped drafters are bf16; on a GPU the
-    trainer's autocast brings bf16 back for the forwards)."""
-    return AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(path)), dtype=torch.float32)
+    trainer's autocast brings bf16 back for the forwards). A drafter that borrows its verifier's
+    embeddings takes them from `verifier`."""
+    card = drafter_card(path)
+    with loading_weights(card):
+        drafter = AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(path)), dtype=torch.float32)
+    attach_verifier_embeddings(drafter, card, verifier, str(path))
+    return drafter
 
 
 def lineage(base_card: dict) -> list[dict]:

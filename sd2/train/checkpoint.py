@@ -20,6 +20,13 @@ from torch import nn
 from sd2.draft_vocab import DraftVocab
 from sd2.models import CARD_FILE, SHARED_WEIGHTS, drafter_vocab, drafter_weights_folder, file_sha256
 from sd2.steering import SteeringHead
+from sd2.verifier_embeddings import (
+    VERIFIER_EMBEDDINGS,
+    attach_verifier_embeddings,
+    borrowed_keys,
+    card_entry,
+    loading_weights,
+)
 
 TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule, RNG and data position, for resuming
 
@@ -38,16 +45,20 @@ def save_checkpoint(
     dtype: torch.dtype | None = None,
     with_weights: bool = True,
     draft_vocab: DraftVocab | None = None,
+    omit: tuple[str, ...] = (),
 ) -> Path:
     """Write the checkpoint atomically (staging folder + rename); `dtype` e.g. bf16 for shipping.
     `with_weights=False` writes the model's config only (a steering-only checkpoint whose card says
-    where its drafter weights are). `draft_vocab`: the reduced draft vocabulary to ship with it."""
+    where its drafter weights are). `draft_vocab`: the reduced draft vocabulary to ship with it.
+    `omit`: state-dict keys left out of the weights (those the card says come from elsewhere)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
     try:
         if with_weights:
-            (drafter if dtype is None else _cast_copy(drafter, dtype)).save_pretrained(staging)
+            model = drafter if dtype is None else _cast_copy(drafter, dtype)
+            state = {key: value for key, value in model.state_dict().items() if key not in omit}
+            model.save_pretrained(staging, state_dict=state)
         else:
             drafter.config.save_pretrained(staging)
         if tokenizer is not None:
@@ -150,29 +161,49 @@ def export_checkpoint(
     target: str | Path,
     dtype: torch.dtype = torch.bfloat16,
     share_drafter_with: str | Path | None = None,
+    verifier: nn.Module | None = None,
+    verifier_name: str = "the verifier",
+    borrow_embeddings: bool = False,
 ) -> Path:
     """A shippable copy of a verified checkpoint: drafter weights cast to `dtype` (the steering head
     stays fp32: it is small and steers every block), its draft vocabulary, no trainer state, the same
     card.
 
     `share_drafter_with` (a --freeze-drafter run): when the cast drafter weights equal those of that
-    exported checkpoint, store only the head and point the card at its weights instead of a copy."""
+    exported checkpoint, store only the head and point the card at its weights instead of a copy.
+
+    `borrow_embeddings` (a --freeze-embeddings run of a drafter cut from `verifier`, which the card
+    names `verifier_name`): when the drafter's token embeddings are exactly the verifier's, store no
+    copy; loading takes them from the verifier (sd2.verifier_embeddings). A checkpoint that already
+    borrows them needs `verifier` to be exported."""
     from transformers import AutoModelForCausalLM
 
     from sd2.steering import has_steering_head
 
+    if borrow_embeddings and (verifier is None or share_drafter_with is not None):
+        raise ValueError("borrowing the verifier's embeddings needs the verifier and no shared drafter")
     card = verify_checkpoint(source)
-    drafter = AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(source)))
+    with loading_weights(card):
+        drafter = AutoModelForCausalLM.from_pretrained(drafter_weights_folder(str(source)))
+    attach_verifier_embeddings(drafter, card, verifier, str(source))
     head = SteeringHead.load(source) if has_steering_head(source) else None
     tokenizer = checkpoint_tokenizer(source)
-    card = {key: value for key, value in card.items() if key not in ("files", SHARED_WEIGHTS)} | {
-        "exported_from": str(source),
-        "dtype": str(dtype).removeprefix("torch."),
-    }
+    dropped = ("files", SHARED_WEIGHTS, VERIFIER_EMBEDDINGS)  # what this export decides anew
+    kept = {key: value for key, value in card.items() if key not in dropped}
+    card = kept | {"exported_from": str(source), "dtype": str(dtype).removeprefix("torch.")}
     vocab = drafter_vocab(source)
+    if borrow_embeddings:
+        card[VERIFIER_EMBEDDINGS] = card_entry(drafter, verifier, verifier_name)
     if share_drafter_with is None:
         return save_checkpoint(
-            target, drafter, head, card, tokenizer=tokenizer, dtype=dtype, draft_vocab=vocab
+            target,
+            drafter,
+            head,
+            card,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            draft_vocab=vocab,
+            omit=borrowed_keys(drafter) if borrow_embeddings else (),
         )
     drafter.to(dtype)  # in place: compared in the shipped dtype, and config.json records it
     card[SHARED_WEIGHTS] = _shared_weights(drafter, Path(share_drafter_with), Path(target))

@@ -52,6 +52,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--from", dest="base", required=True, help="the drafter checkpoint to start from")
     for parser in (distill, sd2, lockstep):
         parser.add_argument(
+            "--freeze-embeddings",
+            action="store_true",
+            help="keep the drafter's token embeddings and LM head as they start (a cut drafter's are the "
+            "verifier's: `sd2 train export --embeddings-from-verifier` then stores no copy of them)",
+        )
+        parser.add_argument(
             "--loss",
             choices=LOSSES,
             default="kl",
@@ -87,6 +93,17 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="for a --freeze-drafter run: store only the steering head and take the (identical) drafter "
         "weights from this exported checkpoint",
+    )
+    export.add_argument(
+        "--embeddings-from-verifier",
+        action="store_true",
+        help="for a --freeze-embeddings run of a drafter cut from the verifier: store no copy of its token "
+        "embeddings and LM head (loading takes them from the verifier, checked by SHA-256)",
+    )
+    export.add_argument(
+        "--verifier",
+        default=None,
+        help="the verifier a drafter borrows its embeddings from (default: the embedded SmolLM2)",
     )
     export.set_defaults(func=_export)
     grow = objectives.add_parser(
@@ -237,7 +254,7 @@ def _grow(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     from sd2.devices import default_placement
-    from sd2.models import drafter_vocab, load_causal_lm, load_tokenizer, resolve_model_path
+    from sd2.models import drafter_vocab, load_causal_lm, load_tokenizer, resolve_model_path, verifier_label
     from sd2.train.prune import calibration_rows, prune_checkpoint
 
     path = resolve_model_path(args.verifier)
@@ -250,7 +267,7 @@ def _prune(args: argparse.Namespace) -> int:
         return 2
     out = prune_checkpoint(
         verifier,
-        args.verifier or "embedded SmolLM2-135M-Instruct",
+        verifier_label(args.verifier),
         tokenizer,
         Path(args.out),
         rows,
@@ -272,8 +289,25 @@ def _import_official(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from sd2.devices import default_placement
+    from sd2.models import drafter_card, load_causal_lm, resolve_model_path, verifier_label
     from sd2.train.checkpoint import export_checkpoint
+    from sd2.verifier_embeddings import borrows_embeddings
 
     share = Path(args.share_drafter_with) if args.share_drafter_with else None
-    print(export_checkpoint(Path(args.source), Path(args.out), share_drafter_with=share))
+    needs_verifier = args.embeddings_from_verifier or borrows_embeddings(drafter_card(args.source))
+    verifier = (
+        load_causal_lm(resolve_model_path(args.verifier), default_placement("cpu", "fp32"))
+        if needs_verifier
+        else None
+    )
+    out = export_checkpoint(
+        Path(args.source),
+        Path(args.out),
+        share_drafter_with=share,
+        verifier=verifier,
+        verifier_name=verifier_label(args.verifier),
+        borrow_embeddings=args.embeddings_from_verifier,
+    )
+    print(out)
     return 0

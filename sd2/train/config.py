@@ -26,6 +26,9 @@ class TrainConfig:
     clip_norm: float = 0.5  # gradient clipping, as in the paper
     k: int = 8  # offsets δ are drawn from 1..k, matching the draft length used at inference
     freeze_drafter: bool = False  # sd2 ablation: train only the steering head
+    # the drafter's token embeddings and LM head stay as they start (a cut drafter's are the verifier's,
+    # so its export can take them from the verifier instead of storing a copy)
+    freeze_embeddings: bool = False
     loss: str = "kl"  # distill / sd2: forward KL, TV distance (1 − acceptance) or their mean (sd2.losses)
     eval_every: int = 200  # steps between validations (0 = only at the end)
     save_every: int = 200  # steps between checkpoints (0 = only at the end)
@@ -59,6 +62,12 @@ class TrainConfig:
                 not self.freeze_drafter or self.objective == "sd2",
                 "freeze_drafter",
                 "only applies to sd2",
+                True,
+            ),
+            (
+                not self.freeze_embeddings or self.objective != "pretrain",
+                "freeze_embeddings",
+                "is for distill and sd2",
                 True,
             ),
         ]

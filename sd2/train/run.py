@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from sd2.devices import default_placement
-from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path
+from sd2.models import load_causal_lm, load_tokenizer, resolve_model_path, verifier_label
 from sd2.train.build import build_trainer, starting_point
 from sd2.train.config import TrainConfig
 from sd2.train.init_drafter import DrafterShape
@@ -92,6 +92,7 @@ def _config(args: argparse.Namespace, objective: str, out_dir: str, freeze_draft
         warmup_steps=args.warmup_steps,
         k=args.k,
         freeze_drafter=freeze_drafter,
+        freeze_embeddings=getattr(args, "freeze_embeddings", False),  # pretrain has no --freeze-embeddings
         loss=getattr(args, "loss", "kl"),  # pretrain has no --loss
         eval_every=args.eval_every,
         save_every=args.save_every,
@@ -133,7 +134,7 @@ def _trainer(
 ) -> Trainer:
     """The run's Trainer, starting from the `base` checkpoint (None: a fresh pretraining drafter)."""
     start = starting_point(base, config, verifier, _drafter_shape(args))
-    card = {"base_verifier": args.verifier or "SmolLM2-135M-Instruct (embedded)"}
+    card = {"base_verifier": verifier_label(args.verifier)}
     return build_trainer(config, verifier, data, start, tokenizer, card=card)
 
 

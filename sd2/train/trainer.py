@@ -68,7 +68,7 @@ class _Recipe(nn.Module):
         )
 
     def trainable(self) -> list[nn.Parameter]:
-        params = [] if self.config.freeze_drafter else list(self.drafter.parameters())
+        params = [p for p in self.drafter.parameters() if p.requires_grad]  # freeze_*: set by the Trainer
         return params + (list(self.head.parameters()) if self.head is not None else [])
 
 
@@ -159,6 +159,9 @@ class Trainer:
                 verifier.to(self.accelerator.device)
         if config.freeze_drafter:
             drafter.requires_grad_(False)
+        if config.freeze_embeddings:
+            for embeddings in (drafter.get_input_embeddings(), drafter.get_output_embeddings()):
+                embeddings.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             self.recipe.trainable(), lr=config.lr, weight_decay=config.weight_decay
         )
