@@ -185,8 +185,9 @@ class Engine:
         `draft_step` is auto, eager, direct, compiled (None: $SD2_DRAFT_STEP, else auto = compiled on CUDA,
         direct elsewhere).
         `packed_weights` (None: $SD2_PACKED_WEIGHTS, else on) lets the invariant kernels keep a packed
-        copy of each weight for oneDNN where it has one (bf16 CPUs): faster, and as much memory again as
-        the weights (≈ 300 MB for the embedded verifier); off uses the padded layouts.
+        copy of each weight for oneDNN on a CPU (fp32, or bf16 where the CPU has it natively): faster, and
+        as much memory again as the weights (≈ 300 MB for the embedded verifier in bf16, 600 MB in fp32);
+        off uses the padded layouts.
         """
         packed = resolve_packed_weights(packed_weights)
         placement = default_placement(device, dtype)

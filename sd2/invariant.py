@@ -115,17 +115,17 @@ def is_packed(layout: str) -> bool:
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """weight [out, in] → the same, packed for `torch.ops.mkldnn._linear_pointwise` (CPU, bf16)."""
+    """weight [out, in] → the same, packed for `torch.ops.mkldnn._linear_pointwise` (CPU, bf16 or fp32)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
 def packed_available(dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether oneDNN's packed inner product can run here: a CPU with native bf16, a bf16 model."""
-    return (
-        device.type == "cpu"
-        and dtype == torch.bfloat16
-        and torch.backends.mkldnn.is_available()
-        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    """Whether oneDNN's packed inner product can run here: on a CPU, for an fp32 model, or a bf16 one
+    where the CPU has native bf16. (Whether its rows are invariant is the probe's question.)"""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (
+        dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
 
 

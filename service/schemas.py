@@ -426,7 +426,7 @@ class HealthOut(BaseModel):
         "default), or a static cache and a compiled step (CUDA graphs on CUDA; --draft-step)"
     )
     packed_weights: bool = Field(
-        description="whether the verifier keeps packed copies of its weights for oneDNN's bf16 kernels "
+        description="whether the verifier keeps packed copies of its weights for oneDNN's CPU kernels "
         "(faster on CPUs, as much memory again as the weights; $SD2_PACKED_WEIGHTS, --no-packed-weights)"
     )
     database: bool

@@ -46,8 +46,8 @@ class Settings:
     device: str | None = None  # None → CUDA when available, else CPU; a requested one must be usable
     dtype: str | None = None  # auto | bf16 | fp32 (sd2.devices); None → auto
     draft_step: str | None = None  # auto | eager | compiled (sd2.draft_step); None → auto: compiled on CUDA
-    # Packed copies of the weights for oneDNN's bf16 kernels (sd2.invariant): faster on CPUs, ≈ 300 MB more
-    # for the embedded verifier; off for a tight memory budget.
+    # Packed copies of the weights for oneDNN's CPU kernels (sd2.invariant): faster on CPUs, ≈ 300 MB more
+    # for the embedded verifier in bf16 (600 MB in fp32); off for a tight memory budget.
     packed_weights: bool = True
     host: str = "127.0.0.1"  # loopback by default: exposing the lab is an explicit choice
     port: int = 8000

@@ -158,18 +158,32 @@ needs_packed = pytest.mark.skipif(
 )
 
 
-@needs_packed
 @pytest.mark.parametrize("layout", [PACKED, PACKED_PAD])
-def test_the_packed_layouts_compute_the_linear_product(layout):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_the_packed_layouts_compute_the_linear_product(layout, dtype):
+    if not packed_available(dtype, torch.device("cpu")):
+        pytest.skip(f"oneDNN has no {dtype} inner product here")
     generator = torch.Generator().manual_seed(3)
-    weight = torch.randn(48, 80, generator=generator).to(torch.bfloat16)
-    bias = torch.randn(48, generator=generator).to(torch.bfloat16)
-    rows = torch.randn(6, 80, generator=generator).to(torch.bfloat16)
+    weight = torch.randn(48, 80, generator=generator).to(dtype)
+    bias = torch.randn(48, generator=generator).to(dtype)
+    rows = torch.randn(6, 80, generator=generator).to(dtype)
     expected = torch.nn.functional.linear(rows.float(), weight.float(), bias.float())
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
     for m in (1, 6):
         got = rows_product(rows[:m], weight, bias, layout)
-        assert got.dtype == torch.bfloat16
-        torch.testing.assert_close(got.float(), expected[:m], rtol=2e-2, atol=2e-2)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), expected[:m], rtol=tolerance, atol=tolerance)
+
+
+def test_an_fp32_model_on_packed_weights_stays_row_invariant():
+    """oneDNN packs fp32 weights on any CPU it runs on, and the probe takes a packed layout where its
+    rows are invariant (`packed-pad` for every weight on the AVX-512 EPYC, where MKL's sgemm left only
+    `rows`): a T-token forward then equals T 1-token ones, as on any other layout."""
+    assert packed_available(torch.float32, torch.device("cpu")) == torch.backends.mkldnn.is_available()
+    model = _invariant_model(torch.float32)
+    if not uses_packed_weights(model):
+        pytest.skip("the probe found no packed fp32 layout invariant on this CPU")
+    assert all(_many_vs_single(model, 20, 9)) and all(_many_vs_single(model, 5, 40))
 
 
 @needs_packed

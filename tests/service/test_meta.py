@@ -23,7 +23,10 @@ def test_health_version_drafters(client):
         "device": f"cpu/{'bf16' if cpu_has_native_bf16() else 'fp32'}",  # --dtype auto
         "batch_invariant": True,
         "draft_step": "direct",  # --draft-step auto on a CPU
-        "packed_weights": packed_available(torch.bfloat16, torch.device("cpu")),  # bf16 where it can pack
+        # --dtype auto: bf16 where the CPU has it natively, else fp32; packed where oneDNN packs that dtype
+        "packed_weights": packed_available(
+            torch.bfloat16 if cpu_has_native_bf16() else torch.float32, torch.device("cpu")
+        ),
         "database": True,
     }
     assert client.get("/version").json() == {"sd2": __version__, "schema_version": 7, "api": "1"}
