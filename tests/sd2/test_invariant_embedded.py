@@ -89,6 +89,10 @@ def verifier_greedy():
 def test_every_drafter_method_emits_the_verifier_greedy_output(engine, prompts, decode, verifier_greedy):
     # the verify forwards of k = 1..8 are pinned bitwise above; the shipped drafters draft over their
     # reduced vocabularies (draft_vocab.json)
+    if decode.draft_threshold > 0 and engine.precision == "fp32":
+        # k = auto and the threshold only choose how many of those verify widths a block uses; fp32's
+        # forwards are 2-3x slower on a CPU, and CI's time budget keeps this cell to bf16
+        pytest.skip("k = auto with a threshold runs in bf16; fp32's verify widths are pinned above")
     methods = [m for m in engine.methods() if m != "verifier"]
     assert {"self", "pretrained", "distilled", "sd2", "sd2-frozen"} <= set(methods)
     assert all(engine.drafters[m].draft_head is not None for m in methods if m != "self")
