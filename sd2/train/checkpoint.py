@@ -57,8 +57,8 @@ def save_checkpoint(
     try:
         if with_weights:
             model = drafter if dtype is None else _cast_copy(drafter, dtype)
-            state = {key: value for key, value in model.state_dict().items() if key not in omit}
-            model.save_pretrained(staging, state_dict=state)
+            kept = {key: value for key, value in model.state_dict().items() if key not in omit}
+            model.save_pretrained(staging, state_dict=kept if omit else None)
         else:
             drafter.config.save_pretrained(staging)
         if tokenizer is not None:
