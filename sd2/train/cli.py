@@ -252,14 +252,20 @@ def _grow(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune(args: argparse.Namespace) -> int:
+def _cpu_verifier(name_or_path: str | None):
+    """The verifier (default: the embedded one) in fp32 on the CPU, for commands that read its weights."""
     from sd2.devices import default_placement
-    from sd2.models import drafter_vocab, load_causal_lm, load_tokenizer, resolve_model_path, verifier_label
+    from sd2.models import load_causal_lm, resolve_model_path
+
+    return load_causal_lm(resolve_model_path(name_or_path), default_placement("cpu", "fp32"))
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from sd2.models import drafter_vocab, load_tokenizer, resolve_model_path, verifier_label
     from sd2.train.prune import calibration_rows, prune_checkpoint
 
-    path = resolve_model_path(args.verifier)
-    verifier = load_causal_lm(path, default_placement("cpu", "fp32"))
-    tokenizer = load_tokenizer(path)
+    verifier = _cpu_verifier(args.verifier)
+    tokenizer = load_tokenizer(resolve_model_path(args.verifier))
     rows = calibration_rows(args.calibration, tokenizer, args.calibration_rows, args.calibration_tokens)
     vocab = drafter_vocab(args.draft_vocab_from) if args.draft_vocab_from else None
     if args.draft_vocab_from and vocab is None:
@@ -289,18 +295,13 @@ def _import_official(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from sd2.devices import default_placement
-    from sd2.models import drafter_card, load_causal_lm, resolve_model_path, verifier_label
+    from sd2.models import drafter_card, verifier_label
     from sd2.train.checkpoint import export_checkpoint
     from sd2.verifier_embeddings import borrows_embeddings
 
     share = Path(args.share_drafter_with) if args.share_drafter_with else None
     needs_verifier = args.embeddings_from_verifier or borrows_embeddings(drafter_card(args.source))
-    verifier = (
-        load_causal_lm(resolve_model_path(args.verifier), default_placement("cpu", "fp32"))
-        if needs_verifier
-        else None
-    )
+    verifier = _cpu_verifier(args.verifier) if needs_verifier else None
     out = export_checkpoint(
         Path(args.source),
         Path(args.out),
