@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sd2.cli import add_library_commands, new_parser, run_command
 from sd2.cli_args import (
     add_draft_step_argument,
+    add_draft_weights_argument,
     add_packed_weights_argument,
     add_placement_arguments,
     parse_drafters,
@@ -29,6 +30,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     add_placement_arguments(p)  # --device and --dtype, over $SD2_DEVICE and $SD2_DTYPE
     add_draft_step_argument(p)  # over $SD2_DRAFT_STEP
+    add_draft_weights_argument(p)  # over $SD2_DRAFT_WEIGHTS
     add_packed_weights_argument(p)  # over $SD2_PACKED_WEIGHTS
 
     def run(args: argparse.Namespace) -> int:
@@ -40,6 +42,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
             "dtype": args.dtype,
             "draft_step": args.draft_step,
             "packed_weights": False if args.no_packed_weights else None,
+            "draft_weights": args.draft_weights,
         }
         return serve(args.host, args.port, parse_drafters(args.drafter), ui=not args.no_ui, **models)
 

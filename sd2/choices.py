@@ -8,6 +8,8 @@ DTYPE_ENV = "SD2_DTYPE"
 DRAFT_STEP_CHOICES = ("auto", "eager", "direct", "compiled")  # resolved by sd2.draft_step.resolve_draft_step
 DRAFT_STEP_ENV = "SD2_DRAFT_STEP"
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # a boolean variable's
+DRAFT_WEIGHTS_CHOICES = ("auto", "int8", "full")  # resolved by sd2.int8_weights.resolve_draft_weights
+DRAFT_WEIGHTS_ENV = "SD2_DRAFT_WEIGHTS"
 PACKED_WEIGHTS_ENV = "SD2_PACKED_WEIGHTS"  # 0/false/off: no packed copy of the weights (sd2.invariant)
 LOSSES = ("kl", "tvd", "mixed")  # the fine-tuning divergences of sd2.losses.draft_loss
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from sd2.cli_args import (
     add_draft_step_argument,
+    add_draft_weights_argument,
     add_packed_weights_argument,
     add_placement_arguments,
     load_engine,
@@ -65,6 +66,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     add_placement_arguments(p)
     add_draft_step_argument(p)
+    add_draft_weights_argument(p)
     add_packed_weights_argument(p)
     p.add_argument(
         "--stock-kernels",

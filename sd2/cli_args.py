@@ -9,7 +9,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from sd2.choices import DRAFT_STEP_CHOICES, DRAFT_STEP_ENV, DTYPE_CHOICES, DTYPE_ENV, PACKED_WEIGHTS_ENV
+from sd2.choices import (
+    DRAFT_STEP_CHOICES,
+    DRAFT_STEP_ENV,
+    DRAFT_WEIGHTS_CHOICES,
+    DRAFT_WEIGHTS_ENV,
+    DTYPE_CHOICES,
+    DTYPE_ENV,
+    PACKED_WEIGHTS_ENV,
+)
 
 if TYPE_CHECKING:
     from sd2.engine import Engine
@@ -40,6 +48,18 @@ def add_draft_step_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_draft_weights_argument(parser: argparse.ArgumentParser) -> None:
+    """--draft-weights: the drafters' weights as they are or as int8 copies (sd2.int8_weights)."""
+    parser.add_argument(
+        "--draft-weights",
+        default=None,
+        choices=DRAFT_WEIGHTS_CHOICES,
+        help=f"the drafters' products (default: ${DRAFT_WEIGHTS_ENV}, else auto = int8 on a CPU in bf16 with "
+        "the eager or direct step: int8 copies of their weights, half the bytes a draft step reads, the "
+        "output still the verifier's; full elsewhere)",
+    )
+
+
 def add_packed_weights_argument(parser: argparse.ArgumentParser) -> None:
     """--no-packed-weights: the invariant kernels without packed copies of the weights (sd2.invariant)."""
     parser.add_argument(
@@ -63,8 +83,8 @@ def parse_drafters(values: Sequence[str]) -> dict[str, str]:
 
 
 def load_engine(args: argparse.Namespace, drafters: Mapping[str, str]) -> Engine:
-    """The Engine of a decoding command's --verifier, --device, --dtype, --stock-kernels, --draft-step and
-    --no-packed-weights, with `drafters` ({name: path}, from `parse_drafters`)."""
+    """The Engine of a decoding command's --verifier, --device, --dtype, --stock-kernels, --draft-step,
+    --draft-weights and --no-packed-weights, with `drafters` ({name: path}, from `parse_drafters`)."""
     from sd2.engine import Engine
 
     return Engine.load(
@@ -75,4 +95,5 @@ def load_engine(args: argparse.Namespace, drafters: Mapping[str, str]) -> Engine
         batch_invariant=not args.stock_kernels,
         draft_step=args.draft_step,
         packed_weights=False if args.no_packed_weights else None,
+        draft_weights=args.draft_weights,
     )

@@ -31,6 +31,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from sd2.draft_step import EagerDraftStep
 from sd2.fused_linear import fused
+from sd2.int8_weights import int8_fused
 from sd2.steering import biased, steered
 
 DIRECT_MODEL_TYPES = ("llama",)  # decoders whose layer is exactly the loop of `DirectDraftStep._layer`
@@ -138,9 +139,9 @@ class DirectDraftStep(EagerDraftStep):
 
 def _projections(module: nn.Module, *names: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
     """The named linears of a module, which read one input, as one call: a fused product where it keeps
-    every bit (sd2.fused_linear), else each linear's own forward."""
+    every bit (sd2.fused_linear, or sd2.int8_weights for int8 linears), else each linear's own forward."""
     linears = [getattr(module, name) for name in names]
-    together = fused(linears)
+    together = fused(linears) or int8_fused(linears)
     if together is not None:
         return together
     return lambda x: tuple(linear.forward(x) for linear in linears)

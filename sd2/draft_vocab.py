@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sd2.int8_weights import int8_copy, int8_product
 from sd2.invariant import MAX_ROWS, is_packed, layout_for, packed_weight, rows_product
 
 VOCAB_FILE = "draft_vocab.json"
@@ -82,6 +83,8 @@ def coverage(vocab: DraftVocab, token_streams: Iterable[Sequence[int]]) -> float
 class ReducedHead(nn.Module):
     """The drafter's LM head cut to the kept rows; logits over N, expanded to V with q = 0 elsewhere."""
 
+    int8 = False  # multiply by an int8 copy of the rows (sd2.int8_weights.use_int8_weights sets it)
+
     def __init__(self, lm_head_weight: torch.Tensor, vocab: DraftVocab):  # lm_head_weight: [V, D]
         super().__init__()
         vocab_size = lm_head_weight.shape[0]
@@ -94,13 +97,17 @@ class ReducedHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., D] → logits [..., N]. Each row's logits do not depend on how many rows the call
-        holds (sd2.invariant's probed layout), so a batched drafter step equals its solo step. Inside a
+        holds (sd2.invariant's probed layout, or the int8 product's, sd2.int8_weights), so a batched drafter
+        step equals its solo step. Inside a
         compiled draft step (sd2.draft_step), which never shares a forward, the stock product: the probe
         cannot run while torch.compile traces."""
         rows = hidden.reshape(-1, hidden.shape[-1])  # [M, D]
         if rows.shape[0] > MAX_ROWS or torch.compiler.is_compiling():
             return F.linear(hidden, self.weight)
         weight = self.weight
+        if self.int8:
+            out = int8_product(rows, *int8_copy(self, weight))  # [M, N]
+            return out.reshape(*hidden.shape[:-1], weight.shape[0])
         layout = layout_for(tuple(weight.shape), weight.dtype, weight.device)
         out = rows_product(rows, packed_weight(self) if is_packed(layout) else weight, None, layout)
         return out.reshape(*hidden.shape[:-1], weight.shape[0])

@@ -19,6 +19,7 @@ from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.errors import InvalidValue
+from sd2.int8_weights import resolve_draft_weights, use_int8_weights
 from sd2.invariant import (
     MAX_ROWS,
     is_batch_invariant,
@@ -143,12 +144,16 @@ class Engine:
         placement: Placement,
         verifier_name: str = "",
         draft_step: str = "eager",
+        draft_weights: str = "full",
     ):
         """`verifier` should already be batch-invariant (`make_batch_invariant`, as `load` does) for
         speculative output to equal the verifier's own bit for bit. `draft_step`: "eager", "direct" or
-        "compiled" (sd2.draft_step), how drafters run. Drafters pack their weights where the verifier does."""
+        "compiled" (sd2.draft_step), how drafters run. Drafters pack their weights where the verifier does.
+        `draft_weights` "int8" multiplies the drafters by int8 copies of their weights (sd2.int8_weights;
+        resolved by `resolve_draft_weights`), "full" by the weights themselves."""
         self.verifier, self.tokenizer, self.placement = verifier, tokenizer, placement
         self.draft_step_kind = draft_step
+        self.draft_weights = draft_weights
         self._compiled_steps: dict[
             str, CompiledDraftStep
         ] = {}  # method → its drafter's step, reused per request
@@ -172,6 +177,7 @@ class Engine:
         home: Path | None = None,
         draft_step: str | None = None,
         packed_weights: bool | None = None,
+        draft_weights: str | None = None,
     ) -> Engine:
         """Load the verifier (default: the embedded SmolLM2) and drafters {name: folder or hub id}.
 
@@ -188,10 +194,14 @@ class Engine:
         copy of each weight for oneDNN on a CPU (fp32, or bf16 where the CPU has it natively): faster, and
         as much memory again as the weights (≈ 300 MB for the embedded verifier in bf16, 600 MB in fp32);
         off uses the padded layouts.
+        `draft_weights` is auto, int8 or full (None: $SD2_DRAFT_WEIGHTS, else auto = int8 on a CPU in bf16
+        with the eager or direct step): the drafters multiply by int8 copies of their weights, a cheaper
+        draft step whose drafts the verifier still judges exactly (sd2.int8_weights).
         """
         packed = resolve_packed_weights(packed_weights)
         placement = default_placement(device, dtype)
         step_kind = resolve_draft_step(draft_step, placement.device)
+        weights = resolve_draft_weights(draft_weights, placement.dtype, placement.device, step_kind)
         path = resolve_model_path(verifier, home)
         model, tokenizer = load_causal_lm(path, placement), load_tokenizer(path)
         if batch_invariant:
@@ -205,7 +215,15 @@ class Engine:
             for name, drafter_path in wanted.items()
         }
         name = verifier or "SmolLM2-135M-Instruct"
-        return cls(model, tokenizer, loaded, placement, verifier_name=name, draft_step=step_kind)
+        return cls(
+            model,
+            tokenizer,
+            loaded,
+            placement,
+            verifier_name=name,
+            draft_step=step_kind,
+            draft_weights=weights,
+        )
 
     @property
     def batch_invariant(self) -> bool:
@@ -420,9 +438,12 @@ class Engine:
 
     def _on_engine_kernels(self, drafter: Drafter) -> Drafter:
         """The drafter on batch-invariant kernels where the verifier is and its steps are eager or direct
-        (compiled steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching)."""
+        (compiled steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching); on
+        int8 copies of its weights where the engine's `draft_weights` says so (also row-invariant)."""
         if self.draft_step_kind != "compiled" and is_batch_invariant(self.verifier):
             make_batch_invariant(drafter.model, packed=self.packed_weights)
+        if self.draft_weights == "int8":
+            use_int8_weights(drafter.model, drafter.draft_head)
         return drafter
 
     def fill_text(self, block: Block) -> None:

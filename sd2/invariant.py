@@ -421,7 +421,7 @@ def make_stock(model: nn.Module) -> nn.Module:
     """Undo `make_batch_invariant`, in place: transformers' own linears and SDPA (e.g. for a copy that
     will be trained: the packed kernels have no backward)."""
     for module in model.modules():
-        if type(module) is RowInvariantLinear:
+        if isinstance(module, RowInvariantLinear):  # and its kinds (sd2.int8_weights)
             module.__class__ = nn.Linear
     if is_batch_invariant(model):
         model.set_attn_implementation("sdpa")
@@ -434,13 +434,13 @@ def stock_kernels(model: nn.Module) -> Iterator[nn.Module]:
     if not is_batch_invariant(model):
         yield model
         return
-    swapped = [m for m in model.modules() if type(m) is RowInvariantLinear]
-    for module in swapped:
+    swapped = [(m, type(m)) for m in model.modules() if isinstance(m, RowInvariantLinear)]
+    for module, _ in swapped:
         module.__class__ = nn.Linear
     model.set_attn_implementation("sdpa")
     try:
         yield model
     finally:
-        for module in swapped:
-            module.__class__ = RowInvariantLinear
+        for module, kind in swapped:
+            module.__class__ = kind
         model.set_attn_implementation(INVARIANT_ATTENTION)

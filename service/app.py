@@ -102,6 +102,7 @@ def _start(
             home=settings.home,
             draft_step=settings.draft_step,
             packed_weights=settings.packed_weights,
+            draft_weights=settings.draft_weights,
         )
     if settings.warm_up:
         seconds = engine.warm_up()

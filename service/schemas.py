@@ -429,6 +429,11 @@ class HealthOut(BaseModel):
         description="whether the verifier keeps packed copies of its weights for oneDNN's CPU kernels "
         "(faster on CPUs, as much memory again as the weights; $SD2_PACKED_WEIGHTS, --no-packed-weights)"
     )
+    draft_weights: Literal["int8", "full"] = Field(
+        description="the drafters' products: on int8 copies of their weights (the CPU default in bf16: a "
+        "cheaper draft step, the output still the verifier's) or on the weights themselves "
+        "($SD2_DRAFT_WEIGHTS, --draft-weights)"
+    )
     database: bool
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sd2.choices import PACKED_WEIGHTS_ENV, env_flag
+from sd2.choices import DRAFT_WEIGHTS_ENV, PACKED_WEIGHTS_ENV, env_flag
 from sd2.paths import sd2_home
 
 # Names that may become dict keys, DB values and folder names under SD2_HOME/drafters: no slashes,
@@ -49,6 +49,9 @@ class Settings:
     # Packed copies of the weights for oneDNN's CPU kernels (sd2.invariant): faster on CPUs, ≈ 300 MB more
     # for the embedded verifier in bf16 (600 MB in fp32); off for a tight memory budget.
     packed_weights: bool = True
+    # The drafters' products on int8 copies of their weights (sd2.int8_weights): auto | int8 | full;
+    # None → auto: int8 on a CPU in bf16 (a cheaper draft step, the output still the verifier's)
+    draft_weights: str | None = None
     host: str = "127.0.0.1"  # loopback by default: exposing the lab is an explicit choice
     port: int = 8000
     api_key: str | None = None  # when set, mutating endpoints (train, cancel, delete) require X-API-Key
@@ -106,6 +109,7 @@ class Settings:
             dtype=env.get("SD2_DTYPE") or None,
             draft_step=env.get("SD2_DRAFT_STEP") or None,
             packed_weights=env_flag(env, PACKED_WEIGHTS_ENV, cls.packed_weights),
+            draft_weights=env.get(DRAFT_WEIGHTS_ENV) or None,
             host=env.get("SD2_HOST", cls.host),
             port=int(env.get("SD2_PORT", cls.port)),
             api_key=env.get("SD2_API_KEY") or None,
@@ -138,10 +142,11 @@ def serve_settings(
     **models: str | bool | None,
 ) -> Settings:
     """Environment settings with the command line's host, port, extra drafters and the models'
-    `verifier`, `device`, `dtype`, `draft_step` and `packed_weights` (each None: keep the environment's)
+    `verifier`, `device`, `dtype`, `draft_step`, `packed_weights` and `draft_weights` (each None: keep the
+    environment's)
     on top."""
     settings = Settings.from_env(os.environ if env is None else env)
-    unknown = set(models) - {"verifier", "device", "dtype", "draft_step", "packed_weights"}
+    unknown = set(models) - {"verifier", "device", "dtype", "draft_step", "packed_weights", "draft_weights"}
     if unknown:
         raise TypeError(f"unknown model settings: {sorted(unknown)}")
     settings = replace(settings, **{key: value for key, value in models.items() if value is not None})

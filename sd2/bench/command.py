@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sd2.cli_args import (
     add_draft_step_argument,
+    add_draft_weights_argument,
     add_packed_weights_argument,
     add_placement_arguments,
     load_engine,
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_placement_arguments(p)
     add_draft_step_argument(p)
+    add_draft_weights_argument(p)
     add_packed_weights_argument(p)
     p.add_argument(
         "--stock-kernels",
@@ -207,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=engine.placement.precision,
         batch_invariant=engine.batch_invariant,
         packed_weights=engine.packed_weights,
+        draft_weights=engine.draft_weights,
     )
     out = args.out or sd2_home() / "bench" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     paths = write_outputs(result, info, out)

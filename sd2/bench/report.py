@@ -76,6 +76,7 @@ class RunInfo:
     dtype: str = "fp32"
     batch_invariant: bool = True  # our loops on sd2.invariant's kernels (the HF peers on the stock ones)
     packed_weights: bool = False  # those kernels with packed copies of the weights (--no-packed-weights)
+    draft_weights: str = "full"  # the drafters' products: "int8" copies of their weights or "full" ones
 
 
 def machine_info() -> dict:
@@ -148,6 +149,7 @@ def to_json(result: BenchResult, info: RunInfo, created_at: datetime | None = No
             "dtype": info.dtype,
             "batch_invariant": info.batch_invariant,
             "packed_weights": info.packed_weights,
+            "draft_weights": info.draft_weights,
         },
         "plan": plan_dict,
         "prompt_sets": [

@@ -263,5 +263,6 @@ def _kernels(models: dict) -> str:
     """Which kernels our loops ran on (results before the key existed ran the stock ones)."""
     if models.get("batch_invariant", False):
         packed = ", packed weights" if models.get("packed_weights") else ""
-        return f"our loops batch-invariant{packed}, hf-* on transformers' kernels"
+        int8 = ", int8 drafter weights" if models.get("draft_weights") == "int8" else ""
+        return f"our loops batch-invariant{packed}{int8}, hf-* on transformers' kernels"
     return "stock kernels everywhere"

@@ -212,7 +212,13 @@ def synth_main(args: argparse.Namespace) -> int:
     # batched generate ≈ 1.3× at 128 rows (benchmarks/synth_rate.py)
     answerer = {"answerer": str(args.answerer)} if args.answerer else {}  # checked to fit the verifier
     engine = Engine.load(
-        args.verifier, answerer, device=args.device, shipped=False, dtype=args.dtype, batch_invariant=False
+        args.verifier,
+        answerer,
+        device=args.device,
+        shipped=False,
+        dtype=args.dtype,
+        batch_invariant=False,
+        draft_weights="full",  # an answerer's text comes from its own weights
     )
     prompts = synth_prompts(
         training_pool(args.source, args.split),

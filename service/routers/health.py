@@ -35,6 +35,7 @@ async def health(services: ServicesDep):
         "batch_invariant": engine.batch_invariant,
         "draft_step": engine.draft_step_kind,
         "packed_weights": engine.packed_weights,
+        "draft_weights": engine.draft_weights,
         "database": database,
     }
     return JSONResponse(body, status_code=200 if database else 503)

@@ -130,6 +130,8 @@ def test_settings_from_env_defaults_and_parsing(tmp_path):
             Settings.from_env({"SD2_DRAFTERS": bad})
     assert s.packed_weights is True  # unset: on
     assert Settings.from_env({"SD2_PACKED_WEIGHTS": "off"}).packed_weights is False
+    assert s.draft_weights is None  # unset: auto
+    assert Settings.from_env({"SD2_DRAFT_WEIGHTS": "full"}).draft_weights == "full"
     with pytest.raises(ValueError, match="SD2_PACKED_WEIGHTS"):
         Settings.from_env({"SD2_PACKED_WEIGHTS": "maybe"})
 

@@ -10,7 +10,10 @@ import torch
 
 from sd2 import __version__
 from sd2.devices import cpu_has_native_bf16
+from sd2.int8_weights import int8_available
 from sd2.invariant import packed_available
+
+DTYPE_AUTO = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 
 
 def test_health_version_drafters(client):
@@ -27,6 +30,8 @@ def test_health_version_drafters(client):
         "packed_weights": packed_available(
             torch.bfloat16 if cpu_has_native_bf16() else torch.float32, torch.device("cpu")
         ),
+        # --draft-weights auto: int8 copies of the drafters' weights in bf16 on a CPU, where torch has them
+        "draft_weights": "int8" if int8_available(DTYPE_AUTO, torch.device("cpu")) else "full",
         "database": True,
     }
     assert client.get("/version").json() == {"sd2": __version__, "schema_version": 7, "api": "1"}

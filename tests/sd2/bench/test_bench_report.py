@@ -106,7 +106,7 @@ def test_json_schema_is_stable(synthetic_result):
     assert (data["schema"], data["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("sd2.bench", 8)
     assert set(data["plan"]) == PLAN_KEYS
     assert set(data["plan"]["methods"][0]) == {"name", "runner", "drafter"}
-    models = {"verifier", "drafters", "device", "dtype", "batch_invariant", "packed_weights"}
+    models = {"verifier", "drafters", "device", "dtype", "batch_invariant", "packed_weights", "draft_weights"}
     assert set(data["models"]) == models
     assert {"platform", "cpu_count", "cpu_model", "torch", "transformers"} <= set(data["machine"])
     assert all(set(s) == PROMPT_SET_KEYS for s in data["prompt_sets"])
