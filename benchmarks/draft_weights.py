@@ -1,32 +1,71 @@
-"""Drafters on int8 copies of their weights against the same drafters on their own weights, side by side
-in one `sd2 bench` run: τ, α̂, c, greedy match and decode speed-up over the verifier alone.
+"""Drafters on int8 copies of their weights against the same drafters on their own weights: paired,
+prompt by prompt, in one process, with the verifier alone as the baseline of both.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/draft_weights.py --drafters sd2 pretrained \
-        --prompt-sets chat code summarize --k auto --max-new-tokens 96 --max-prompts 24 \
-        --out assets/benchmarks/draft_weights
+        --prompt-sets chat code summarize --max-prompts 24 --max-new-tokens 96 \
+        --out assets/benchmarks/draft_weights.md
 
 The engine loads every drafter on its full weights (`--draft-weights full`); each named drafter gets a
-copy, NAME-int8, on int8 copies of its weights (sd2.int8_weights), and the bench runs the verifier,
-NAME and NAME-int8 over the same prompts in one process (sd2.bench.harness), so machine drift falls on
-every method alike. Writes the bench's bench.md and bench.json to --out and prints the markdown.
+copy, NAME-int8, on int8 copies of its weights (sd2.int8_weights). For every held-out prompt the
+verifier alone, NAME and NAME-int8 decode it in turn (the order rotating from prompt to prompt, after
+one untimed warm-up run each), so a shared machine's drift falls on all three alike, and the speed of
+the two weight kinds is compared as a paired ratio per prompt: decode ms per token on full weights ÷
+on int8, geometric mean over prompts with a 95 % bootstrap interval. Also reported: τ, α̂, the draft
+step's cost c in decoding (draft step ÷ verifier forward, each variant's own run), the speed-up over
+the verifier alone, and on how many prompts both outputs were the verifier's own (T = 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import shlex
-import sys
-from dataclasses import replace
+import math
+import random
+import statistics
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sd2.bench.harness import run_bench
-from sd2.bench.plan import BenchPlan, resolve_methods
+import torch
+
 from sd2.bench.prompts import load_prompt_sets
-from sd2.bench.report import RunInfo, write_outputs
+from sd2.bench.report import machine_info
 from sd2.cli_args import parse_drafters
+from sd2.config import DecodeConfig
 from sd2.engine import Engine
 from sd2.int8_weights import use_int8_weights
+
+
+@dataclass
+class Runs:
+    """One variant's runs over a set's prompts: per prompt, decode ms per token after the first."""
+
+    ms_per_token: list[float] = field(default_factory=list)
+    taus: list[float] = field(default_factory=list)
+    alphas: list[float] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+
+    def add(self, result) -> None:
+        metrics = result.metrics
+        self.ms_per_token.append(metrics.decode_ms / max(1, metrics.n_tokens - 1))
+        self.outputs.append(result.token_ids)
+        for values, value in (
+            (self.taus, metrics.tau),
+            (self.alphas, metrics.alpha_hat),
+            (self.costs, metrics.cost_ratio),
+        ):
+            if value is not None:
+                values.append(value)
+
+
+def paired_ratio(num: list[float], den: list[float], draws: int = 2000) -> tuple[float, float, float]:
+    """Geometric mean of num[i] / den[i] and its 95 % bootstrap interval over prompts."""
+    logs = [math.log(a / b) for a, b in zip(num, den, strict=True)]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
+    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+    return math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high)
 
 
 def main() -> None:
@@ -37,17 +76,14 @@ def main() -> None:
     parser.add_argument(
         "--drafter", action="append", default=[], metavar="NAME=PATH", help="load this folder too"
     )
-    parser.add_argument("--prompt-sets", nargs="+", default=["chat"])
-    parser.add_argument("--k", nargs="+", default=["auto"], help="draft lengths: integers or auto")
-    parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
+    parser.add_argument("--prompt-sets", nargs="+", default=["chat", "code", "summarize"])
+    parser.add_argument("--max-prompts", type=int, default=24, help="held-out prompts per set")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--max-prompts", type=int, default=24)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--k", default="auto", help="draft length: an integer or auto")
+    parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
     args = parser.parse_args()
 
-    extra = parse_drafters(args.drafter)
-    engine = Engine.load(drafters=extra, draft_weights="full")
+    engine = Engine.load(drafters=parse_drafters(args.drafter), draft_weights="full")
     for name in args.drafters:
         drafter = engine.drafter(name)
         int8 = replace(
@@ -58,29 +94,55 @@ def main() -> None:
         )
         use_int8_weights(int8.model, int8.draft_head)
         engine.add_drafter(int8)
+    decode = DecodeConfig(k=args.k if args.k == "auto" else int(args.k), max_new_tokens=args.max_new_tokens)
+    sets = load_prompt_sets(names=args.prompt_sets, max_prompts=args.max_prompts)
     methods = ["verifier", *(m for name in args.drafters for m in (name, f"{name}-int8"))]
-    plan = BenchPlan(
-        methods=resolve_methods(methods, list(engine.drafters)),
-        ks=tuple(k if k == "auto" else int(k) for k in args.k),
-        temperatures=tuple(args.temperatures),
-        max_new_tokens=args.max_new_tokens,
-        repeats=args.repeats,
-        max_prompts=args.max_prompts,
-    )
-    prompt_sets = load_prompt_sets(names=args.prompt_sets)
-    result = run_bench(engine, plan, prompt_sets, on_progress=lambda msg: print(msg, file=sys.stderr))
-    info = RunInfo(
-        command="python benchmarks/draft_weights.py " + shlex.join(sys.argv[1:]),
-        verifier=engine.verifier_name,
-        drafters=extra,
-        device=engine.placement.device.type,
-        dtype=engine.placement.precision,
-        batch_invariant=engine.batch_invariant,
-        packed_weights=engine.packed_weights,
-        draft_weights="full (NAME-int8: int8 copies)",
-    )
-    paths = write_outputs(result, info, args.out)
-    print(paths["markdown"].read_text())
+    for method in methods:  # the first calls of each shape are slow: one untimed run per method
+        engine.generate(sets[0].prompts[0].request(method, decode))
+
+    lines = [
+        "# Drafters on int8 weights against full weights, paired prompt by prompt",
+        "",
+        f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}; {machine_info()['cpu_model']}, "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; precision {engine.precision}",
+        f"- command: `python benchmarks/draft_weights.py --drafters {' '.join(args.drafters)} "
+        f"--prompt-sets {' '.join(args.prompt_sets)} --max-prompts {args.max_prompts} "
+        f"--max-new-tokens {args.max_new_tokens} --k {args.k}`",
+        f"- T = 0, k = {args.k}; speed-up = the verifier's decode ms per token ÷ the method's (pooled over "
+        "prompts); int8 ÷ full = paired per-prompt ratio of decode time per token, geometric mean [95 % "
+        "bootstrap]; c = draft step ÷ verifier forward in decoding (median over prompts); identical = "
+        "prompts where both emitted the verifier's own output",
+        "",
+        "| drafter | set | τ full | τ int8 | α̂ full | α̂ int8 | c full | c int8 | speed-up full "
+        "| speed-up int8 | int8 ÷ full | identical |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for prompt_set in sets:
+        runs = {method: Runs() for method in methods}
+        for i, prompt in enumerate(prompt_set.prompts):
+            order = methods[i % len(methods) :] + methods[: i % len(methods)]
+            for method in order:
+                runs[method].add(engine.generate(prompt.request(method, decode)))
+        verifier = runs["verifier"]
+        for name in args.drafters:
+            full, int8 = runs[name], runs[f"{name}-int8"]
+            ratio, low, high = paired_ratio(full.ms_per_token, int8.ms_per_token)
+            identical = sum(
+                a == b == v for a, b, v in zip(full.outputs, int8.outputs, verifier.outputs, strict=True)
+            )
+            base = sum(verifier.ms_per_token)
+            lines.append(
+                f"| {name} | {prompt_set.name} | {statistics.fmean(full.taus):.3f} | "
+                f"{statistics.fmean(int8.taus):.3f} | {statistics.fmean(full.alphas):.3f} | "
+                f"{statistics.fmean(int8.alphas):.3f} | {statistics.median(full.costs):.3f} | "
+                f"{statistics.median(int8.costs):.3f} | {base / sum(full.ms_per_token):.3f}× | "
+                f"{base / sum(int8.ms_per_token):.3f}× | {ratio:.3f}× [{low:.3f}, {high:.3f}] | "
+                f"{identical}/{len(prompt_set.prompts)} |"
+            )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ A drafter's one-token step on a CPU reads each of its weights once, and in decod
 forward between two draft steps has evicted them from the caches: reading them is most of the step (the
 shipped 4-layer drafters' linears and reduced head hold ≈ 8 M weights, 16 MB in bf16).
 `torch._weight_int8pack_mm` multiplies bf16 rows by an int8 matrix with one scale per output row
-(symmetric, scale = max |w| / 127): half the bytes. On the embedded pair it took the drafters' c from
-0.107 to 0.065 with α̂ unchanged (assets/benchmarks/draft_weights_chat24.md).
+(symmetric, scale = max |w| / 127): half the bytes. On the embedded pair it took the drafters' c in
+decoding from 0.099–0.106 to 0.064–0.068 with α̂ unchanged, decoding 1.02–1.08× faster
+(assets/benchmarks/draft_weights.md).
 
 Exactness does not depend on it: the drafter only proposes, and the acceptance rule judges each draft
 with the q it was drafted from, so the output is the verifier's either way. What rounding the weights
