@@ -19,7 +19,7 @@ from sd2.devices import Placement, default_placement
 from sd2.draft_length import CostProfile, DraftLength, VerifyCosts, measure_verify_costs
 from sd2.draft_step import CompiledDraftStep, resolve_draft_step
 from sd2.errors import InvalidValue
-from sd2.int8_weights import resolve_draft_weights, use_int8_weights
+from sd2.int8_weights import int8_available, resolve_draft_weights, use_int8_weights
 from sd2.invariant import (
     MAX_ROWS,
     is_batch_invariant,
@@ -439,10 +439,12 @@ class Engine:
     def _on_engine_kernels(self, drafter: Drafter) -> Drafter:
         """The drafter on batch-invariant kernels where the verifier is and its steps are eager or direct
         (compiled steps keep the stock ones), so its batched steps equal its solo ones (sd2.batching); on
-        int8 copies of its weights where the engine's `draft_weights` says so (also row-invariant)."""
+        int8 copies of its weights where the engine's `draft_weights` says so (also row-invariant) and
+        the int8 product takes the drafter (bf16 on a CPU; one added in another precision keeps its own)."""
         if self.draft_step_kind != "compiled" and is_batch_invariant(self.verifier):
             make_batch_invariant(drafter.model, packed=self.packed_weights)
-        if self.draft_weights == "int8":
+        weight = drafter.model.get_input_embeddings().weight
+        if self.draft_weights == "int8" and int8_available(weight.dtype, weight.device):
             use_int8_weights(drafter.model, drafter.draft_head)
         return drafter
 

@@ -5,6 +5,7 @@ still exactly the verifier's — greedy identical, sampled by the verifier's law
 
 import copy
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -202,6 +203,16 @@ def test_an_engine_drafts_on_int8_weights_and_stays_exact_alone_and_batched(tiny
             [GenerateRequest(prompt="hello there", method="tiny", decode=decode)] * 2
         )
         assert [r.token_ids for r in batched] == [solo["tiny"].token_ids] * 2  # rows draft as solo ones do
+    fp32_model = copy.deepcopy(engines["full"].drafters["tiny"].model).float()
+    fp32 = replace(engine.drafters["tiny"], name="tiny-fp32", model=fp32_model, draft_head=None)
+    engine.add_drafter(fp32)  # a drafter in another precision keeps its own weights, and decodes exactly
+    assert not uses_int8_weights(engine.drafters["tiny-fp32"].model)
+    decode = DecodeConfig(k=3, max_new_tokens=16)
+    assert engine.generate(
+        GenerateRequest(prompt="hello there", method="tiny-fp32", decode=decode)
+    ).token_ids == (
+        engine.generate(GenerateRequest(prompt="hello there", method="verifier", decode=decode)).token_ids
+    )
 
 
 def test_the_cli_names_a_draft_weights_choice_that_cannot_run(tiny_pair_dir, capsys):
