@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from app import plots, views
+from app import plots, theory_plots, views
 from app.cards import cards_html, progress_html, status_html
 from app.client import ApiClient, ApiError
 from app.trace_html import columns_html, trace_html
@@ -284,8 +284,8 @@ class Handlers:
         costs = sorted({0.0, float(cost), 0.25, 0.5})
         readout = theory_readout(alpha, k, cost, len(points), len(bench))
         return (
-            plots.theory_tau(ks, points, bench),
-            plots.theory_speedup(k, costs, points, bench),
+            theory_plots.theory_tau(ks, points, bench),
+            theory_plots.theory_speedup(k, costs, points, bench),
             readout,
         )
 
@@ -317,7 +317,7 @@ def compare_note(results: list[dict], temperature: float) -> str:
 
 
 def theory_readout(alpha: float, k: int, cost: float, n_points: int, n_bench: int = 0) -> str:
-    tau, speed = plots.expected_tau(alpha, k), plots.speedup(alpha, k, cost)
+    tau, speed = theory_plots.expected_tau(alpha, k), theory_plots.speedup(alpha, k, cost)
     return status_html(
         f"At α = {alpha:.2f}, k = {k}, c = {cost:g}: E[τ] = {tau:.2f} tokens per verifier forward, "
         f"S = {speed:.2f}× (idealised: a (k+1)-token verify costs one step, true on a GPU, not on a CPU). "

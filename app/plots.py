@@ -1,46 +1,17 @@
 """Plotly figure builders for the UI. Pure: plain dicts from the API in, a `go.Figure` out.
 
 Conventions (docs/metrics.md): τ = mean over complete blocks of (accepted drafts + 1); per-position
-acceptance P(≥ i accepted) is unconditional; S(α, k, c) = (1 − α^{k+1}) / ((1 − α)(1 + c·k)).
+acceptance P(≥ i accepted) is unconditional. The cost model's figures are app.theory_plots.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-GREEN, BLUE, RED, GREY, INK = "#15803d", "#2563eb", "#dc2626", "#8b939e", "#0f172a"
-PALETTE = ("#2563eb", "#15803d", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#db2777", "#4b5563")
-MEASURED = ("#facc15", "#f472b6", "#22d3ee", "#a3e635", "#fb923c")  # markers, distinct from the curves
-MARKERS = ("diamond", "star", "square", "triangle-up", "circle")
-HEIGHT = 320
-
-
-def _layout(fig: go.Figure, title: str, height: int = HEIGHT) -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 15}},
-        template="plotly_white",
-        height=height,
-        margin={"l": 50, "r": 50, "t": 50, "b": 40},
-        legend={"orientation": "h", "y": -0.18, "x": 0},
-        uirevision="keep",  # streaming updates keep the user's zoom
-    )
-    return fig
-
-
-def _empty(fig: go.Figure, message: str) -> go.Figure:
-    fig.add_annotation(
-        text=message,
-        showarrow=False,
-        x=0.5,
-        y=0.5,
-        xref="paper",
-        yref="paper",
-        font={"color": GREY, "size": 14},
-    )
-    return fig
+from app.figure_style import BLUE, GREEN, GREY, INK, PALETTE, empty, layout
 
 
 def running_tau(blocks: Sequence[dict]) -> list[float | None]:
@@ -58,8 +29,8 @@ def acceptance_plot(blocks: Sequence[dict]) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     decode = [b for b in blocks if b.get("kind") != "prefill"]
     if not decode:
-        return _layout(
-            _empty(fig, "accepted tokens per block appear here while decoding"),
+        return layout(
+            empty(fig, "accepted tokens per block appear here while decoding"),
             "Accepted drafts per block · running τ",
         )
     x = [b["index"] for b in decode]
@@ -91,7 +62,7 @@ def acceptance_plot(blocks: Sequence[dict]) -> go.Figure:
         showgrid=False,
     )
     fig.update_xaxes(title_text="block")
-    return _layout(fig, "Accepted drafts per block · running τ")
+    return layout(fig, "Accepted drafts per block · running τ")
 
 
 def steering_plot(blocks: Sequence[dict]) -> go.Figure:
@@ -99,8 +70,8 @@ def steering_plot(blocks: Sequence[dict]) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steered = [b for b in blocks if b.get("steering_norm") is not None]
     if not steered:
-        return _layout(
-            _empty(fig, "no steering vector: this drafter has no SD² head (or steering is off)"),
+        return layout(
+            empty(fig, "no steering vector: this drafter has no SD² head (or steering is off)"),
             "Steering vector norm per block",
         )
     x = [b["index"] for b in steered]
@@ -128,7 +99,7 @@ def steering_plot(blocks: Sequence[dict]) -> go.Figure:
     fig.update_yaxes(title_text="‖g‖", secondary_y=False)
     fig.update_yaxes(title_text="‖bias_l‖", secondary_y=True, showgrid=False)
     fig.update_xaxes(title_text="block")
-    return _layout(fig, "Steering vector norm per block · per-layer bias norms")
+    return layout(fig, "Steering vector norm per block · per-layer bias norms")
 
 
 def running_gain(blocks: Sequence[dict]) -> list[float]:
@@ -150,7 +121,7 @@ def steering_gain_plot(blocks: Sequence[dict]) -> go.Figure:
     paired = [b for b in blocks if b.get("counterfactual")]
     if not paired:
         message = "no counterfactual: tick Counterfactual with a steered drafter"
-        return _layout(_empty(fig, message), title)
+        return layout(empty(fig, message), title)
     x = [b["index"] for b in paired]
     records = [b["counterfactual"] for b in paired]
     for key, name, colour in (
@@ -180,7 +151,7 @@ def steering_gain_plot(blocks: Sequence[dict]) -> go.Figure:
     fig.update_yaxes(title_text="expected accepted drafts", range=[0, max(k_max, 1) + 0.3], secondary_y=False)
     fig.update_yaxes(title_text="running gain (tokens / block)", secondary_y=True, showgrid=False)
     fig.update_xaxes(title_text="block")
-    return _layout(fig, title)
+    return layout(fig, title)
 
 
 def compare_bars(results: Sequence[dict]) -> go.Figure:
@@ -203,7 +174,7 @@ def compare_bars(results: Sequence[dict]) -> go.Figure:
             hovertemplate="%{x}: %{y:" + fmt + "}<extra></extra>",
         )
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "")
+    return layout(fig, "")
 
 
 def position_curves(results: Sequence[dict]) -> go.Figure:
@@ -231,90 +202,10 @@ def position_curves(results: Sequence[dict]) -> go.Figure:
             line={"color": colour, "dash": "dot"},
         )
     if not fig.data:
-        _empty(fig, "no speculative blocks: the verifier alone drafts nothing")
+        empty(fig, "no speculative blocks: the verifier alone drafts nothing")
     fig.update_yaxes(title_text="acceptance", range=[0, 1.05])
     fig.update_xaxes(title_text="draft position i", dtick=1)
-    return _layout(fig, "Per-position acceptance")
-
-
-def expected_tau(alpha: float, k: int) -> float:
-    """E[τ] under i.i.d. acceptance α: (1 − α^{k+1}) / (1 − α) (k + 1 at α = 1)."""
-    return k + 1.0 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def speedup(alpha: float, k: int, cost_ratio: float) -> float:
-    """Leviathan et al.'s S(α, k, c) = E[τ] / (1 + c·k)."""
-    return expected_tau(alpha, k) / (1 + cost_ratio * k)
-
-
-def _alphas(n: int = 101) -> list[float]:
-    return [i / (n - 1) for i in range(n)]
-
-
-def _measured(fig: go.Figure, points: Iterable[dict], y_key: str, name: str, hollow: bool = False) -> None:
-    """Measured points as markers, one trace per method: dicts with alpha_hat, method, k, id and
-    y_key. `hollow` draws open markers (stored benchmark cells, beside the filled stored runs)."""
-    by_method: dict[str, list[dict]] = {}
-    for p in points:
-        if p.get("alpha_hat") is not None and p.get(y_key) is not None:
-            by_method.setdefault(p.get("method", "?"), []).append(p)
-    for i, (method, rows) in enumerate(sorted(by_method.items())):
-        fig.add_scatter(
-            x=[p["alpha_hat"] for p in rows],
-            y=[p[y_key] for p in rows],
-            mode="markers",
-            name=f"{name}: {method}",
-            marker={
-                "size": 13,
-                "symbol": MARKERS[i % len(MARKERS)] + ("-open" if hollow else ""),
-                "color": MEASURED[i % len(MEASURED)],
-                "line": {"width": 1.5, "color": INK},
-            },
-            customdata=[[p.get("k"), p.get("id")] for p in rows],
-            hovertemplate=("%{customdata[1]}" if hollow else "run %{customdata[1]}")
-            + " (k=%{customdata[0]}): α̂ %{x:.2f}, %{y:.2f}<extra>"
-            + method
-            + "</extra>",
-        )
-
-
-def theory_tau(ks: Sequence[int], measured: Iterable[dict] = (), bench: Iterable[dict] = ()) -> go.Figure:
-    """E[τ](α) for several k, with measured runs and stored benchmark cells (α̂, τ) on top."""
-    fig, alphas = go.Figure(), _alphas()
-    for i, k in enumerate(ks):
-        fig.add_scatter(
-            x=alphas,
-            y=[expected_tau(a, k) for a in alphas],
-            name=f"k = {k}",
-            mode="lines",
-            line={"color": PALETTE[i % len(PALETTE)], "width": 2.5},
-        )
-    _measured(fig, measured, "tau", "measured")
-    _measured(fig, bench, "tau", "bench", hollow=True)
-    fig.update_xaxes(title_text="α (expected acceptance, 1 − TV(p, q))", range=[0, 1])
-    fig.update_yaxes(title_text="τ (tokens / verifier forward)", rangemode="tozero")
-    return _layout(fig, "Block efficiency E[τ](α, k) = (1 − αᵏ⁺¹) / (1 − α)", height=380)
-
-
-def theory_speedup(
-    k: int, costs: Sequence[float], measured: Iterable[dict] = (), bench: Iterable[dict] = ()
-) -> go.Figure:
-    """S(α, k, c) for several cost ratios c, the break-even line S = 1, and measured speed-ups."""
-    fig, alphas = go.Figure(), _alphas()
-    for i, c in enumerate(costs):
-        fig.add_scatter(
-            x=alphas,
-            y=[speedup(a, k, c) for a in alphas],
-            name=f"c = {c:g}",
-            mode="lines",
-            line={"color": PALETTE[i % len(PALETTE)], "width": 2.5},
-        )
-    fig.add_hline(y=1, line={"color": GREY, "dash": "dash"}, annotation_text="verifier alone")
-    _measured(fig, measured, "speedup", "measured")
-    _measured(fig, bench, "speedup", "bench", hollow=True)
-    fig.update_xaxes(title_text="α", range=[0, 1])
-    fig.update_yaxes(title_text="speed-up over the verifier", rangemode="tozero")
-    return _layout(fig, f"Speed-up S(α, k = {k}, c) = τ / (1 + c·k)", height=380)
+    return layout(fig, "Per-position acceptance")
 
 
 def _train_axis(name: str) -> str | None:
@@ -332,7 +223,7 @@ def train_plot(points: Sequence[dict]) -> go.Figure:
         if _train_axis(p["name"]) is not None:
             series.setdefault(p["name"], []).append((p["step"], p["value"]))
     if not series:
-        return _layout(_empty(fig, "loss and validation τ appear here while the job trains"), "Training")
+        return layout(empty(fig, "loss and validation τ appear here while the job trains"), "Training")
     for i, (name, xy) in enumerate(sorted(series.items(), key=lambda item: (item[0] != "loss", item[0]))):
         right = _train_axis(name) == "right"
         fig.add_scatter(
@@ -345,4 +236,4 @@ def train_plot(points: Sequence[dict]) -> go.Figure:
     fig.update_yaxes(
         title_text="τ (validation, proxy) · agreement", secondary_y=True, showgrid=False, rangemode="tozero"
     )
-    return _layout(fig, "Training curves")
+    return layout(fig, "Training curves")

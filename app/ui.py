@@ -1,14 +1,14 @@
 """`build_ui(client)` → the Gradio Blocks of the sd2 lab: Generate, Compare, Train, History, Theory.
 
 The UI only talks to the REST API through `client` (docs/architecture.md#import-rules); behaviour lives in
-`app.handlers`, rendering in `app.trace_html`, `app.cards` and `app.plots`.
+`app.handlers`, rendering in `app.trace_html`, `app.cards`, `app.plots` and `app.theory_plots`.
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from app import plots
+from app import plots, theory_plots
 from app.cards import cards_html
 from app.client import ApiClient
 from app.handlers import Handlers
@@ -308,9 +308,9 @@ def _theory_tab(h: Handlers) -> tuple[list, list]:
         alpha = gr.Slider(0, 1, value=0.8, step=0.01, label="α (readout)")
     readout = gr.HTML(elem_id="theory-readout")
     with gr.Row():
-        tau = gr.Plot(plots.theory_tau([1, 2, 4, 8, 16]), show_label=False, elem_id="theory-tau")
+        tau = gr.Plot(theory_plots.theory_tau([1, 2, 4, 8, 16]), show_label=False, elem_id="theory-tau")
         speed = gr.Plot(
-            plots.theory_speedup(8, [0, 0.1, 0.25, 0.5]), show_label=False, elem_id="theory-speed"
+            theory_plots.theory_speedup(8, [0, 0.1, 0.25, 0.5]), show_label=False, elem_id="theory-speed"
         )
     inputs, outputs = [k, cost, alpha], [tau, speed, readout]
     for control in inputs:

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from app import plots
+from app import plots, theory_plots
+from app.figure_style import GREEN
 
 
 def _block(index: int, accepted: int, k: int = 4, kind: str = "speculative", complete: bool = True, **extra):
@@ -39,7 +40,7 @@ def test_acceptance_plot_has_one_bar_per_decode_block_and_the_running_tau():
     bars, tau = fig.data
     assert list(bars.x) == [1, 2, 3] and list(bars.y) == [3, 4, 0]
     assert list(tau.y) == pytest.approx([4.0, 4.5, 10 / 3])
-    assert bars.marker.color[1] == plots.GREEN  # a fully accepted block is the strong green
+    assert bars.marker.color[1] == GREEN  # a fully accepted block is the strong green
 
 
 def test_empty_figures_explain_themselves():
@@ -72,20 +73,20 @@ def test_compare_bars_and_position_curves():
 
 @pytest.mark.parametrize(("alpha", "k", "tau"), [(0.0, 8, 1.0), (1.0, 8, 9.0), (0.5, 2, 1.75)])
 def test_expected_tau_closed_form(alpha, k, tau):
-    assert plots.expected_tau(alpha, k) == pytest.approx(tau)
+    assert theory_plots.expected_tau(alpha, k) == pytest.approx(tau)
 
 
 def test_speedup_matches_leviathan_and_theory_plots_carry_measured_runs():
-    assert plots.speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
+    assert theory_plots.speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
     measured = [
         {"id": 1, "method": "sd2", "k": 8, "alpha_hat": 0.7, "tau": 2.9, "speedup": 1.4},
         {"id": 2, "method": "pretrained", "k": 8, "alpha_hat": 0.3, "tau": 1.3, "speedup": None},
     ]
-    tau_fig = plots.theory_tau([2, 8], measured)
+    tau_fig = theory_plots.theory_tau([2, 8], measured)
     assert [t.name for t in tau_fig.data] == ["k = 2", "k = 8", "measured: pretrained", "measured: sd2"]
     curve = tau_fig.data[1]
-    assert curve.y[50] == pytest.approx(plots.expected_tau(curve.x[50], 8))
-    speed_fig = plots.theory_speedup(8, [0.0, 0.1], measured)
+    assert curve.y[50] == pytest.approx(theory_plots.expected_tau(curve.x[50], 8))
+    speed_fig = theory_plots.theory_speedup(8, [0.0, 0.1], measured)
     points = [t for t in speed_fig.data if t.mode == "markers"]
     assert [(t.name, list(t.y)) for t in points] == [("measured: sd2", [1.4])]  # no speed-up, no dot
     assert not any(math.isnan(v) for v in speed_fig.data[0].y)
@@ -133,7 +134,7 @@ def test_benchmark_points_and_rows_from_stored_results():
             "sd2 bench --quick",
         ]
     ]
-    fig = plots.theory_tau([4], [], benchmark_points([stored]))
+    fig = theory_plots.theory_tau([4], [], benchmark_points([stored]))
     (bench,) = [t for t in fig.data if t.name == "bench: sd2"]
     assert bench.marker.symbol.endswith("-open") and list(bench.y) == [2.1]
 
