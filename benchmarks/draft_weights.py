@@ -8,9 +8,10 @@ prompt by prompt, in one process, with the verifier alone as the baseline of bot
 The engine loads every drafter on its full weights (`--draft-weights full`); each named drafter gets a
 copy, NAME-int8, on int8 copies of its weights (sd2.int8_weights). For every held-out prompt the
 verifier alone, NAME and NAME-int8 decode it in turn (the order rotating from prompt to prompt, after
-one untimed warm-up run each), so a shared machine's drift falls on all three alike, and the speed of
-the two weight kinds is compared as a paired ratio per prompt: decode ms per token on full weights ÷
-on int8, geometric mean over prompts with a 95 % bootstrap interval. Also reported: τ, α̂, the draft
+one untimed warm-up run each: sd2.bench.paired), so a shared machine's drift falls on all three alike,
+and the speed of the two weight kinds is compared as a paired ratio per prompt: decode ms per token on
+full weights ÷ on int8, geometric mean over prompts with a 95 % bootstrap interval (with, in brackets
+after it, on how many prompts int8 was faster). Also reported: τ (pooled over prompts), α̂, the draft
 step's cost c in decoding (draft step ÷ verifier forward, each variant's own run), the speed-up over
 the verifier alone, and on how many prompts both outputs were the verifier's own (T = 0).
 """
@@ -19,53 +20,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
-import random
-import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
+from sd2.bench.paired import run_paired, speedup
 from sd2.bench.prompts import load_prompt_sets
 from sd2.bench.report import machine_info
 from sd2.cli_args import parse_drafters
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
 from sd2.int8_weights import use_int8_weights
-
-
-@dataclass
-class Runs:
-    """One variant's runs over a set's prompts: per prompt, decode ms per token after the first."""
-
-    ms_per_token: list[float] = field(default_factory=list)
-    taus: list[float] = field(default_factory=list)
-    alphas: list[float] = field(default_factory=list)
-    costs: list[float] = field(default_factory=list)
-    outputs: list[list[int]] = field(default_factory=list)
-
-    def add(self, result) -> None:
-        metrics = result.metrics
-        self.ms_per_token.append(metrics.decode_ms / max(1, metrics.n_tokens - 1))
-        self.outputs.append(result.token_ids)
-        for values, value in (
-            (self.taus, metrics.tau),
-            (self.alphas, metrics.alpha_hat),
-            (self.costs, metrics.cost_ratio),
-        ):
-            if value is not None:
-                values.append(value)
-
-
-def paired_ratio(num: list[float], den: list[float], draws: int = 2000) -> tuple[float, float, float]:
-    """Geometric mean of num[i] / den[i] and its 95 % bootstrap interval over prompts."""
-    logs = [math.log(a / b) for a, b in zip(num, den, strict=True)]
-    rng = random.Random(0)
-    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
-    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
-    return math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high)
 
 
 def main() -> None:
@@ -97,8 +64,6 @@ def main() -> None:
     decode = DecodeConfig(k=args.k if args.k == "auto" else int(args.k), max_new_tokens=args.max_new_tokens)
     sets = load_prompt_sets(names=args.prompt_sets, max_prompts=args.max_prompts)
     methods = ["verifier", *(m for name in args.drafters for m in (name, f"{name}-int8"))]
-    for method in methods:  # the first calls of each shape are slow: one untimed run per method
-        engine.generate(sets[0].prompts[0].request(method, decode))
 
     lines = [
         "# Drafters on int8 weights against full weights, paired prompt by prompt",
@@ -118,25 +83,19 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for prompt_set in sets:
-        runs = {method: Runs() for method in methods}
-        for i, prompt in enumerate(prompt_set.prompts):
-            order = methods[i % len(methods) :] + methods[: i % len(methods)]
-            for method in order:
-                runs[method].add(engine.generate(prompt.request(method, decode)))
+        runs = run_paired(engine, prompt_set.prompts, methods, decode)
         verifier = runs["verifier"]
         for name in args.drafters:
             full, int8 = runs[name], runs[f"{name}-int8"]
-            ratio, low, high = paired_ratio(full.ms_per_token, int8.ms_per_token)
+            ratio = speedup(int8, full)
             identical = sum(
                 a == b == v for a, b, v in zip(full.outputs, int8.outputs, verifier.outputs, strict=True)
             )
-            base = sum(verifier.ms_per_token)
+            base = verifier.total_ms_per_token
             lines.append(
-                f"| {name} | {prompt_set.name} | {statistics.fmean(full.taus):.3f} | "
-                f"{statistics.fmean(int8.taus):.3f} | {statistics.fmean(full.alphas):.3f} | "
-                f"{statistics.fmean(int8.alphas):.3f} | {statistics.median(full.costs):.3f} | "
-                f"{statistics.median(int8.costs):.3f} | {base / sum(full.ms_per_token):.3f}× | "
-                f"{base / sum(int8.ms_per_token):.3f}× | {ratio:.3f}× [{low:.3f}, {high:.3f}] | "
+                f"| {name} | {prompt_set.name} | {full.tau:.3f} | {int8.tau:.3f} | {full.alpha_hat:.3f} | "
+                f"{int8.alpha_hat:.3f} | {full.cost:.3f} | {int8.cost:.3f} | "
+                f"{base / full.total_ms_per_token:.3f}× | {base / int8.total_ms_per_token:.3f}× | {ratio} | "
                 f"{identical}/{len(prompt_set.prompts)} |"
             )
     text = "\n".join(lines) + "\n"
