@@ -10,9 +10,10 @@ For every held-out prompt each method decodes it once, in an order rotating from
 one untimed warm-up run each), so the machine's drift falls on all methods alike. Per prompt set and
 method: τ (pooled), α̂, c in decoding (median over prompts), the pooled speed-up (Σ verifier ms per token ÷
 Σ the method's), the paired speed-up (geometric mean of per-prompt ratios, 95 % bootstrap interval), the
-same against `--against`, and at T = 0 on how many prompts the output was the verifier's own. The last
-rows pool every set's prompts. `sd2 bench` stays the benchmark of record for its tables (hf-* peers,
-forward ceilings, k sweeps); this is the measurement to quote when a speed-up is close to a target.
+same against `--against` with the difference of τ (pooled, 95 % bootstrap interval), and at T = 0 on
+how many prompts the output was the verifier's own. The last rows pool every set's prompts. `sd2 bench`
+stays the benchmark of record for its tables (hf-* peers, forward ceilings, k sweeps); this is the
+measurement to quote when a speed-up is close to a target.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from sd2.bench.paired import MethodRuns, Ratio, run_paired, speedup
+from sd2.bench.paired import Difference, MethodRuns, Ratio, run_paired, speedup, tau_difference
 from sd2.bench.prompts import load_prompt_sets
 from sd2.bench.report import machine_info
 from sd2.cli_args import parse_drafters
@@ -48,10 +49,10 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _ratio(ratio: Ratio | None) -> str:
-    if ratio is None:
+def _interval(value: Ratio | Difference | None) -> str:
+    if value is None:
         return "–"
-    return f"{ratio}{' *' if ratio.outside_noise else ''} ({ratio.above}/{ratio.n})"
+    return f"{value}{' *' if value.outside_noise else ''} ({value.above}/{value.n})"
 
 
 def rows(label: str, runs: dict[str, MethodRuns], against: str | None, greedy: bool) -> list[str]:
@@ -61,12 +62,15 @@ def rows(label: str, runs: dict[str, MethodRuns], against: str | None, greedy: b
     for method, mine in runs.items():
         if method == BASELINE:
             continue
-        versus = speedup(mine, runs[against]) if against and method != against else None
+        other = runs[against] if against and method != against else None
+        versus = speedup(mine, other) if other is not None else None
+        tau_versus = tau_difference(mine, other) if other is not None and other.tau and mine.tau else None
         identical = sum(a == b for a, b in zip(mine.outputs, base.outputs, strict=True))
         out.append(
             f"| {method} | {label} | {_fmt(mine.tau)} | {_fmt(mine.alpha_hat)} | {_fmt(mine.cost)} | "
-            f"{base.total_ms_per_token / mine.total_ms_per_token:.3f}× | {_ratio(speedup(mine, base))} | "
-            f"{_ratio(versus)} | {f'{identical}/{len(base.outputs)}' if greedy else '–'} |"
+            f"{base.total_ms_per_token / mine.total_ms_per_token:.3f}× | {_interval(speedup(mine, base))} | "
+            f"{_interval(versus)} | {_interval(tau_versus)} | "
+            f"{f'{identical}/{len(base.outputs)}' if greedy else '–'} |"
         )
     return out
 
@@ -137,12 +141,14 @@ def main() -> None:
         f"- T = {args.temperature:g}, k = {args.k}, {args.max_new_tokens} new tokens; speed-up pooled = Σ "
         "verifier decode ms per token ÷ Σ the method's; paired = geometric mean over prompts of the "
         "per-prompt ratio [95 % bootstrap] (on how many prompts the method was faster), * where the "
-        "interval excludes 1; c = draft step ÷ verifier forward in decoding (median over prompts); "
-        "identical = prompts whose output was the verifier's own (T = 0)",
+        "interval excludes 1; Δτ = difference of pooled τ [95 % bootstrap over prompts] (on how many "
+        "prompts the method's τ was the higher), * where it excludes 0; c = draft step ÷ verifier "
+        "forward in decoding (median over prompts); identical = prompts whose output was the "
+        "verifier's own (T = 0)",
         "",
-        f"| method | set | τ | α̂ | c | speed-up pooled | speed-up paired | vs {args.against or '–'} "
-        "| identical |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| method | set | τ | α̂ | c | speed-up pooled | speed-up paired | speed-up vs {args.against or '–'} "
+        f"| Δτ vs {args.against or '–'} | identical |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in by_set.items():
         lines += rows(name, runs, args.against, greedy)

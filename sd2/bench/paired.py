@@ -99,6 +99,51 @@ def paired_ratio(num: Sequence[float], den: Sequence[float], draws: int = 2000, 
     return Ratio(math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high), above, len(logs))
 
 
+@dataclass(frozen=True)
+class Difference:
+    """A difference of pooled τ over the same prompts with its 95 % bootstrap interval, and on how many
+    prompts the first method's own τ was the higher."""
+
+    mean: float
+    low: float
+    high: float
+    above: int
+    n: int
+
+    @property
+    def outside_noise(self) -> bool:
+        """Whether the interval excludes 0."""
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+
+def _pooled_tau(runs: MethodRuns, prompts: Sequence[int]) -> float:
+    blocks = sum(runs.judged_blocks[i] for i in prompts)
+    return (sum(runs.accepted[i] for i in prompts) + blocks) / blocks if blocks else 1.0
+
+
+def tau_difference(a: MethodRuns, b: MethodRuns, draws: int = 2000, seed: int = 0) -> Difference:
+    """τ of `a` − τ of `b`, both pooled over the same prompts, with a 95 % percentile bootstrap interval
+    (prompts resampled with replacement, seeded; a resample without a judged block counts τ as 1)."""
+    n = len(a.judged_blocks)
+    if n == 0 or len(b.judged_blocks) != n:
+        raise ValueError(
+            f"tau_difference needs runs over the same prompts, got {n} and {len(b.judged_blocks)}"
+        )
+    everything = range(n)
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(draws):
+        sample = rng.choices(everything, k=n)
+        diffs.append(_pooled_tau(a, sample) - _pooled_tau(b, sample))
+    diffs.sort()
+    above = sum(_pooled_tau(a, [i]) > _pooled_tau(b, [i]) for i in everything)
+    observed = _pooled_tau(a, everything) - _pooled_tau(b, everything)
+    return Difference(observed, diffs[int(0.025 * draws)], diffs[int(0.975 * draws) - 1], above, n)
+
+
 def speedup(runs: MethodRuns, baseline: MethodRuns) -> Ratio:
     """How many times faster `runs` decodes than `baseline`, paired per prompt (time per token)."""
     return paired_ratio(baseline.ms_per_token, runs.ms_per_token)

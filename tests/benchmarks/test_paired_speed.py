@@ -42,7 +42,9 @@ def test_paired_speed_prints_a_row_per_set_and_method_and_the_pooled_rows(tiny_p
     ]
     by_method = {(row[0], row[1]): row for row in rows}
     assert by_method[("| a", "all sets")][-1] == "6/6 |"  # greedy: every output is the verifier's
-    assert by_method[("| a", "chat")][7] == "–"  # a is the --against method itself
+    assert by_method[("| a", "chat")][7] == by_method[("| a", "chat")][8] == "–"  # a is --against itself
+    # b is the same drafter as a: the same drafts, so the same τ on every prompt
+    assert by_method[("| b", "all sets")][8] == "+0.000 [+0.000, +0.000] (0/6)"
     ratio = re.compile(r"\d+\.\d{3}× \[\d+\.\d{3}, \d+\.\d{3}\]( \*)? \((\d)/(\d)\)")
     for name, n in (("chat", "3"), ("all sets", "6")):
         for column in (6, 7):  # paired speed-up over the verifier; b against a

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sd2.bench.paired import MethodRuns, paired_ratio, rotated, run_paired, speedup
+from sd2.bench.paired import MethodRuns, paired_ratio, rotated, run_paired, speedup, tau_difference
 from sd2.bench.prompts import BenchPrompt
 from sd2.config import DecodeConfig
 from sd2.engine import Engine
@@ -55,6 +55,19 @@ def test_tau_pools_blocks_over_prompts():
     runs = MethodRuns(judged_blocks=[2, 6], accepted=[4, 0])  # per-prompt τ 3 and 1; pooled 12 / 8
     assert runs.tau == pytest.approx(1.5)
     assert MethodRuns(judged_blocks=[0], accepted=[0]).tau is None
+
+
+def test_tau_difference_pools_each_side_over_the_same_prompts():
+    a = MethodRuns(judged_blocks=[2, 2, 4], accepted=[2, 4, 4])  # per prompt τ 2, 3, 2; pooled 18 / 8
+    b = MethodRuns(judged_blocks=[4, 2, 2], accepted=[0, 2, 2])  # per prompt τ 1, 2, 2; pooled 12 / 8
+    diff = tau_difference(a, b)
+    assert diff.mean == pytest.approx(18 / 8 - 12 / 8)
+    assert diff.low <= diff.mean <= diff.high
+    assert diff.above == 2 and diff.n == 3  # prompt 2 is a tie
+    same = tau_difference(a, a)
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0) and not same.outside_noise
+    with pytest.raises(ValueError, match="same prompts"):
+        tau_difference(a, MethodRuns(judged_blocks=[1], accepted=[0]))
 
 
 @pytest.fixture(scope="module")
