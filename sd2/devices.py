@@ -54,7 +54,13 @@ def cpuinfo_field(name: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (Linux: its /proc/cpuinfo flags)."""
+    """Whether this CPU computes bf16 natively: AVX-512 BF16 or AMX, as torch's CPU probes (any OS) or
+    Linux's /proc/cpuinfo flags report them. Without, bf16 is emulated: a bf16 training step of the
+    4-layer cut measured more than 10× slower than fp32 on a Zen 3 EPYC (1 thread: 230 against 20 s)."""
+    cpu = getattr(torch, "cpu", None)
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    if any(getattr(cpu, name, lambda: False)() for name in probes):
+        return True
     return bool(_NATIVE_BF16_FLAGS & set((cpuinfo_field("flags") or "").split()))
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from sd2.data.batches import Batch, ShardSet, batches, rank_batches
+from sd2.devices import cpu_has_native_bf16
 from sd2.draft_vocab import DraftVocab
 from sd2.steering import SteeringHead
 from sd2.train.checkpoint import load_trainer_state, save_checkpoint, verify_checkpoint
@@ -402,15 +403,12 @@ def autocast_precision(precision: str) -> str:
     """What a TrainConfig.precision means on this machine: "bf16" or "no" (fp32 forwards)."""
     if precision == "auto":
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    if precision == "bf16" and not torch.cuda.is_available() and not _cpu_has_bf16():
-        log.warning("this CPU has neither AVX-512 BF16 nor AMX: bf16 autocast will be slower than fp32")
+    if precision == "bf16" and not torch.cuda.is_available() and not cpu_has_native_bf16():
+        log.warning(
+            "this CPU has neither AVX-512 BF16 nor AMX: bf16 autocast emulates bf16 and runs many times "
+            "slower than fp32 (--precision fp32 or auto)"
+        )
     return "no" if precision == "fp32" else "bf16"
-
-
-def _cpu_has_bf16() -> bool:
-    cpu = getattr(torch, "cpu", None)
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(cpu, name, lambda: False)() for name in checks)
 
 
 def _machine() -> str:
