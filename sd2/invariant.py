@@ -143,6 +143,10 @@ def rows_product(
     m = rows.shape[0]
     if is_packed(layout):
         packed = weight if weight.is_mkldnn else pack_weight(weight)
+        if rows.dtype != packed.dtype:  # bf16 rows (a bf16 autocast) on fp32 packed weights: oneDNN
+            # takes no mixed pair, and on a CPU without native bf16 it packs no bf16 weights; the product
+            # runs in the weight's precision, as autocast's own linear would run it in bf16 (row by row)
+            return rows_product(rows.to(packed.dtype), packed, bias, layout).to(rows.dtype)
         if layout == PACKED_PAD and m < MIN_ROWS:
             rows = torch.cat([rows, rows.new_zeros(MIN_ROWS - m, rows.shape[1])])  # [MIN_ROWS, in]
             return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")[:m]

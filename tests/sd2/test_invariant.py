@@ -175,6 +175,24 @@ def test_the_packed_layouts_compute_the_linear_product(layout, dtype):
         torch.testing.assert_close(got.float(), expected[:m], rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.parametrize("layout", [PACKED, PACKED_PAD])
+def test_bf16_rows_on_fp32_packed_weights_multiply_in_fp32(layout):
+    """A bf16 autocast (`sd2 train --precision bf16`) hands an fp32 engine's packed linears bf16 rows:
+    oneDNN takes no such pair (and packs no bf16 weights on a CPU without native bf16), so the rows are
+    multiplied in the weight's precision and the result handed back in theirs, row by row."""
+    if not packed_available(torch.float32, torch.device("cpu")):
+        pytest.skip("oneDNN has no fp32 inner product here")
+    generator = torch.Generator().manual_seed(5)
+    weight, bias = torch.randn(48, 80, generator=generator), torch.randn(48, generator=generator)
+    rows = torch.randn(6, 80, generator=generator).to(torch.bfloat16)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+    expected = rows_product(rows.float(), packed, bias, layout).to(torch.bfloat16)
+    for m in (1, 6):
+        got = rows_product(rows[:m], packed, bias, layout)
+        assert got.dtype == torch.bfloat16
+        assert torch.equal(got, expected[:m])
+
+
 def test_an_fp32_model_on_packed_weights_stays_row_invariant():
     """oneDNN packs fp32 weights on any CPU it runs on, and the probe takes a packed layout where its
     rows are invariant (`packed-pad` for every weight on the AVX-512 EPYC, where MKL's sgemm left only
