@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from sd2.bench.paired import Difference, MethodRuns, Ratio, run_paired, speedup, tau_difference
+from sd2.bench.paired import Interval, MethodRuns, run_paired, speedup, tau_difference
 from sd2.bench.prompts import load_prompt_sets
 from sd2.bench.report import machine_info
 from sd2.cli_args import parse_drafters
@@ -49,7 +49,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _interval(value: Ratio | Difference | None) -> str:
+def _interval(value: Interval | None) -> str:
     if value is None:
         return "–"
     return f"{value}{' *' if value.outside_noise else ''} ({value.above}/{value.n})"

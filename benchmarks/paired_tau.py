@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import random
 from pathlib import Path
 
+from sd2.bench.paired import pooled_tau, pooled_tau_difference
 from sd2.bench.plan import SAMPLE_SEED_STRIDE
 
 
@@ -85,29 +85,18 @@ def pool_results(results: list[tuple[Path, dict]], prompt_set: str, k: int, temp
     return pooled
 
 
-def pooled_tau(cells: list[tuple]) -> float:
-    return sum(t for t, _ in cells) / max(1, sum(b for _, b in cells))
-
-
 def compare(a: dict, b: dict, draws: int, seed: int) -> dict:
     ids = sorted(a.keys() & b.keys())
     if not ids:
         raise ValueError("the two methods share no prompts")
-    rng = random.Random(seed)
-    diffs = []
-    for _ in range(draws):
-        sample = [rng.choice(ids) for _ in ids]
-        diffs.append(pooled_tau([a[i] for i in sample]) - pooled_tau([b[i] for i in sample]))
-    diffs.sort()
-    per_a = {i: pooled_tau([a[i]]) for i in ids}
-    per_b = {i: pooled_tau([b[i]]) for i in ids}
+    diff = pooled_tau_difference([a[i] for i in ids], [b[i] for i in ids], draws, seed)
     return {
         "prompts": len(ids),
-        "diff": pooled_tau([a[i] for i in ids]) - pooled_tau([b[i] for i in ids]),
-        "low": diffs[int(0.025 * draws)],
-        "high": diffs[int(0.975 * draws) - 1],
-        "a_wins": sum(per_a[i] > per_b[i] for i in ids),
-        "b_wins": sum(per_a[i] < per_b[i] for i in ids),
+        "diff": diff.mean,
+        "low": diff.low,
+        "high": diff.high,
+        "a_wins": diff.above,
+        "b_wins": sum(pooled_tau([a[i]]) < pooled_tau([b[i]]) for i in ids),
     }
 
 

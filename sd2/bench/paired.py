@@ -16,10 +16,12 @@ import random
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sd2.bench.prompts import BenchPrompt
-from sd2.config import DecodeConfig
-from sd2.engine import Engine, GenerationResult
+if TYPE_CHECKING:  # only for annotations: the τ statistics below serve scripts that load no models
+    from sd2.bench.prompts import BenchPrompt
+    from sd2.config import DecodeConfig
+    from sd2.engine import Engine, GenerationResult
 
 
 @dataclass
@@ -45,10 +47,14 @@ class MethodRuns:
             self.costs.append(metrics.cost_ratio)
 
     @property
+    def tau_cells(self) -> list[tuple[int, int]]:
+        """Per prompt: (judged tokens, judged blocks), a complete block judging accepted + 1 tokens."""
+        return [(n + blocks, blocks) for n, blocks in zip(self.accepted, self.judged_blocks, strict=True)]
+
+    @property
     def tau(self) -> float | None:
         """Pooled block efficiency; None without a complete speculative block (the verifier alone)."""
-        blocks = sum(self.judged_blocks)
-        return (sum(self.accepted) + blocks) / blocks if blocks else None
+        return pooled_tau(self.tau_cells) if sum(self.judged_blocks) else None
 
     @property
     def alpha_hat(self) -> float | None:
@@ -65,26 +71,36 @@ class MethodRuns:
 
 
 @dataclass(frozen=True)
-class Ratio:
-    """A geometric-mean ratio over prompts with its 95 % bootstrap interval, and on how many prompts the
-    numerator was the larger."""
+class Interval:
+    """A paired estimate over n prompts with its 95 % bootstrap interval, and on how many prompts the
+    first side was the larger: a ratio (no difference at 1) or a difference (no difference at 0)."""
 
     mean: float
     low: float
     high: float
     above: int
     n: int
+    ratio: bool
 
     @property
     def outside_noise(self) -> bool:
-        """Whether the interval excludes 1."""
-        return self.low > 1 or self.high < 1
+        """Whether the interval excludes "no difference"."""
+        neutral = 1.0 if self.ratio else 0.0
+        return self.low > neutral or self.high < neutral
 
     def __str__(self) -> str:
-        return f"{self.mean:.3f}× [{self.low:.3f}, {self.high:.3f}]"
+        if self.ratio:
+            return f"{self.mean:.3f}× [{self.low:.3f}, {self.high:.3f}]"
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
 
 
-def paired_ratio(num: Sequence[float], den: Sequence[float], draws: int = 2000, seed: int = 0) -> Ratio:
+def _percentile_bounds(estimates: list[float]) -> tuple[float, float]:
+    """The 2.5 % and 97.5 % points of bootstrap estimates."""
+    ordered = sorted(estimates)
+    return ordered[int(0.025 * len(ordered))], ordered[int(0.975 * len(ordered)) - 1]
+
+
+def paired_ratio(num: Sequence[float], den: Sequence[float], draws: int = 2000, seed: int = 0) -> Interval:
     """Geometric mean over i of num[i] / den[i] (positive values, the same prompts in the same order)
     with a 95 % percentile bootstrap interval, prompts resampled with replacement (seeded)."""
     if len(num) != len(den) or not num:
@@ -93,58 +109,44 @@ def paired_ratio(num: Sequence[float], den: Sequence[float], draws: int = 2000, 
         raise ValueError("paired_ratio takes positive values only")
     logs = [math.log(a / b) for a, b in zip(num, den, strict=True)]
     rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
-    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+    low, high = _percentile_bounds([statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws)])
     above = sum(x > 0 for x in logs)
-    return Ratio(math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high), above, len(logs))
+    return Interval(
+        math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high), above, len(logs), ratio=True
+    )
 
 
-@dataclass(frozen=True)
-class Difference:
-    """A difference of pooled τ over the same prompts with its 95 % bootstrap interval, and on how many
-    prompts the first method's own τ was the higher."""
-
-    mean: float
-    low: float
-    high: float
-    above: int
-    n: int
-
-    @property
-    def outside_noise(self) -> bool:
-        """Whether the interval excludes 0."""
-        return self.low > 0 or self.high < 0
-
-    def __str__(self) -> str:
-        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+def pooled_tau(cells: Sequence[tuple[int, int]]) -> float:
+    """τ pooled over prompts from their (judged tokens, judged blocks): Σ tokens / Σ blocks (0 without
+    a block)."""
+    return sum(t for t, _ in cells) / max(1, sum(b for _, b in cells))
 
 
-def _pooled_tau(runs: MethodRuns, prompts: Sequence[int]) -> float:
-    blocks = sum(runs.judged_blocks[i] for i in prompts)
-    return (sum(runs.accepted[i] for i in prompts) + blocks) / blocks if blocks else 1.0
-
-
-def tau_difference(a: MethodRuns, b: MethodRuns, draws: int = 2000, seed: int = 0) -> Difference:
-    """τ of `a` − τ of `b`, both pooled over the same prompts, with a 95 % percentile bootstrap interval
-    (prompts resampled with replacement, seeded; a resample without a judged block counts τ as 1)."""
-    n = len(a.judged_blocks)
-    if n == 0 or len(b.judged_blocks) != n:
-        raise ValueError(
-            f"tau_difference needs runs over the same prompts, got {n} and {len(b.judged_blocks)}"
-        )
-    everything = range(n)
+def pooled_tau_difference(
+    a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]], draws: int = 2000, seed: int = 0
+) -> Interval:
+    """Pooled τ of `a` − pooled τ of `b`, each given per prompt as (judged tokens, judged blocks) for
+    the same prompts in the same order, with a 95 % percentile bootstrap interval (prompts resampled
+    with replacement, seeded); `above` counts the prompts where a's own τ is the higher."""
+    n = len(a)
+    if n == 0 or len(b) != n:
+        raise ValueError(f"a τ difference needs runs over the same prompts, got {n} and {len(b)}")
     rng = random.Random(seed)
-    diffs = []
+    estimates = []
     for _ in range(draws):
-        sample = rng.choices(everything, k=n)
-        diffs.append(_pooled_tau(a, sample) - _pooled_tau(b, sample))
-    diffs.sort()
-    above = sum(_pooled_tau(a, [i]) > _pooled_tau(b, [i]) for i in everything)
-    observed = _pooled_tau(a, everything) - _pooled_tau(b, everything)
-    return Difference(observed, diffs[int(0.025 * draws)], diffs[int(0.975 * draws) - 1], above, n)
+        sample = [rng.choice(range(n)) for _ in range(n)]
+        estimates.append(pooled_tau([a[i] for i in sample]) - pooled_tau([b[i] for i in sample]))
+    low, high = _percentile_bounds(estimates)
+    above = sum(pooled_tau([x]) > pooled_tau([y]) for x, y in zip(a, b, strict=True))
+    return Interval(pooled_tau(a) - pooled_tau(b), low, high, above, n, ratio=False)
 
 
-def speedup(runs: MethodRuns, baseline: MethodRuns) -> Ratio:
+def tau_difference(a: MethodRuns, b: MethodRuns, draws: int = 2000, seed: int = 0) -> Interval:
+    """τ of `a` − τ of `b` over the same prompts (`pooled_tau_difference`)."""
+    return pooled_tau_difference(a.tau_cells, b.tau_cells, draws, seed)
+
+
+def speedup(runs: MethodRuns, baseline: MethodRuns) -> Interval:
     """How many times faster `runs` decodes than `baseline`, paired per prompt (time per token)."""
     return paired_ratio(baseline.ms_per_token, runs.ms_per_token)
 
