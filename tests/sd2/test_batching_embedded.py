@@ -6,6 +6,7 @@ import torch
 
 from sd2.bench.prompts import load_prompt_sets
 from sd2.config import DecodeConfig
+from sd2.devices import cpu_has_native_bf16
 from sd2.engine import Engine, GenerateRequest
 from sd2.kv_cache import cached_forward, rollback_cache
 from sd2.ragged import Segment, ragged_forward
@@ -46,6 +47,10 @@ def test_negative_control_stock_linears_make_a_row_depend_on_its_neighbours(engi
     from its solo forward, so the invariant kernels are what makes batching exact."""
     if engine.placement.precision != "bf16":
         pytest.skip("documented for bf16 (oneDNN's 1-row path); MKL's fp32 may differ elsewhere")
+    if not cpu_has_native_bf16():
+        # measured on a Zen 3 EPYC: there torch's stock bf16 linear gives a row the same bits alone and
+        # among others, so this control has nothing to show; the exactness test above still runs
+        pytest.skip("oneDNN's batch-dependent bf16 path needs a CPU with native bf16 (AVX-512 BF16, AMX)")
     verifier = engine.verifier
     swapped = [
         m for m in verifier.modules() if isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear

@@ -2,6 +2,8 @@
 logits of k+1 single-token forwards bit for bit, and every drafter method emits the verifier's own greedy
 output, in bf16 and in fp32."""
 
+import copy
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -31,13 +33,13 @@ def prompts():
 @torch.inference_mode()
 def _verify_rows_equal_single_steps(verifier, prompt_ids: list[int], new_ids: list[int]) -> dict[int, bool]:
     """{k: whether every row of the (k+1)-token forward equals the single-token forward there}."""
-    single_cache = DynamicCache(config=verifier.config)
-    cached_forward(verifier, prompt_ids, single_cache, last_only=True)
+    prefilled = DynamicCache(config=verifier.config)
+    cached_forward(verifier, prompt_ids, prefilled, last_only=True)  # one prefill, copied for each forward
+    single_cache = copy.deepcopy(prefilled)
     singles = [cached_forward(verifier, [t], single_cache, last_only=True)[0] for t in new_ids]  # [V] each
     equal = {}
     for k in range(1, MAX_K + 1):
-        cache = DynamicCache(config=verifier.config)
-        cached_forward(verifier, prompt_ids, cache, last_only=True)
+        cache = copy.deepcopy(prefilled)
         block = cached_forward(verifier, new_ids[: k + 1], cache, last_only=False)  # [k+1, V]
         equal[k] = all(torch.equal(block[i], singles[i]) for i in range(k + 1))
     return equal
@@ -89,7 +91,7 @@ def verifier_greedy():
 def test_every_drafter_method_emits_the_verifier_greedy_output(engine, prompts, decode, verifier_greedy):
     # the verify forwards of k = 1..8 are pinned bitwise above; the shipped drafters draft over their
     # reduced vocabularies (draft_vocab.json)
-    if decode.draft_threshold > 0 and engine.precision == "fp32":
+    if decode.draft_threshold > 0 and engine.placement.precision == "fp32":
         # k = auto and the threshold only choose how many of those verify widths a block uses; fp32's
         # forwards are 2-3x slower on a CPU, and CI's time budget keeps this cell to bf16
         pytest.skip("k = auto with a threshold runs in bf16; fp32's verify widths are pinned above")
